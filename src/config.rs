@@ -1,0 +1,70 @@
+//! Settings. The command line (clap) layers them: a flag beats its
+//! `BATCHGATE_…` environment variable, which beats the default.
+
+use std::fmt;
+
+/// Where the registry lives when nothing says otherwise: a file in the
+/// working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://batchgate.db";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+#[derive(Clone)]
+pub struct Settings {
+    pub database_url: String,
+    pub max_connections: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            database_url: DEFAULT_DATABASE_URL.into(),
+            max_connections: 10,
+        }
+    }
+}
+
+/// A database URL with its password hidden, for logs and `Debug`.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("database_url", &redact(&self.database_url))
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_the_logs() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/reg"),
+            "postgres://app:***@db:5432/reg"
+        );
+        assert_eq!(
+            redact("postgres://postgres@127.0.0.1/x"),
+            "postgres://postgres@127.0.0.1/x"
+        );
+        assert_eq!(redact("sqlite://batchgate.db"), "sqlite://batchgate.db");
+        let s = Settings {
+            database_url: "postgres://u:pw@h/d".into(),
+            max_connections: 3,
+        };
+        assert!(!format!("{s:?}").contains("pw"));
+    }
+}

@@ -1,0 +1,685 @@
+//! The commit checks. Evidence and history in, a verdict out: the same
+//! function decides on every backend.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::names::PartitionSpec;
+use super::policy::{DatasetPolicy, WriteMode};
+
+/// Counts a task reports for one partition after writing it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionEvidence {
+    pub partition: PartitionSpec,
+    pub rows_written: i64,
+    pub row_count: i64,
+    pub distinct_keys: Option<i64>,
+    pub null_keys: Option<i64>,
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// Counts taken from the source the batch read.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SourceEvidence {
+    pub row_count: Option<i64>,
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// Everything a commit claims.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitEvidence {
+    pub marker: String,
+    pub partitions: Vec<PartitionEvidence>,
+    pub source: Option<SourceEvidence>,
+}
+
+/// What the registry already knows about one partition.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PartitionHistory {
+    /// `row_count` of the currently published version, if any.
+    pub published_row_count: Option<i64>,
+    /// Published `row_count`s of the same partition (other keys equal) on the
+    /// most recent earlier data dates, at most `baseline_periods` of them.
+    pub baseline: Vec<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    Pass,
+    Warn,
+    Fail,
+    Skipped,
+}
+
+/// One check's outcome, as the API reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckResult {
+    pub name: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    pub status: CheckStatus,
+    pub observed: Value,
+    pub expected: Value,
+    pub message: String,
+    pub blocking: bool,
+}
+
+/// The decision on a commit: publish when no blocking check failed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    pub passed: bool,
+    pub checks: Vec<CheckResult>,
+}
+
+impl Verdict {
+    pub fn failed_checks(&self) -> impl Iterator<Item = &CheckResult> {
+        self.checks.iter().filter(|c| c.status == CheckStatus::Fail)
+    }
+}
+
+/// A check's raw outcome before the tier decides whether it blocks.
+enum Outcome {
+    Pass(String),
+    Fail(String),
+    Skipped(String),
+}
+
+struct Builder<'a> {
+    policy: &'a DatasetPolicy,
+    checks: Vec<CheckResult>,
+}
+
+impl Builder<'_> {
+    fn push(
+        &mut self,
+        name: &'static str,
+        partition: Option<&PartitionSpec>,
+        observed: Value,
+        expected: Value,
+        outcome: Outcome,
+    ) {
+        let blocking = self.policy.tier.blocks(name);
+        let (status, message) = match outcome {
+            Outcome::Pass(m) => (CheckStatus::Pass, m),
+            Outcome::Skipped(m) => (CheckStatus::Skipped, m),
+            Outcome::Fail(m) if blocking => (CheckStatus::Fail, m),
+            Outcome::Fail(m) => (CheckStatus::Warn, m),
+        };
+        self.checks.push(CheckResult {
+            name,
+            partition: partition.map(|p| p.to_string()),
+            status,
+            observed,
+            expected,
+            message,
+            blocking,
+        });
+    }
+}
+
+/// Relative tolerance for metric sums: floating-point sums taken in a
+/// different order by the source and the target differ in the last bits.
+const METRIC_TOLERANCE: f64 = 1e-9;
+
+fn metrics_agree(a: f64, b: f64) -> bool {
+    (a - b).abs() <= METRIC_TOLERANCE * a.abs().max(b.abs())
+}
+
+/// The middle of the baseline; the mean of the two middle values for an even count.
+fn median(values: &[i64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let mid = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[mid] as f64
+    } else {
+        (v[mid - 1] as f64 + v[mid] as f64) / 2.0
+    })
+}
+
+/// Runs every check over a commit's evidence.
+///
+/// `declared` are the partitions named at start; `history` holds what the
+/// registry knew of each declared partition before this commit.
+pub fn evaluate(
+    policy: &DatasetPolicy,
+    declared: &[PartitionSpec],
+    history: &BTreeMap<PartitionSpec, PartitionHistory>,
+    evidence: &CommitEvidence,
+) -> Verdict {
+    let mut b = Builder {
+        policy,
+        checks: Vec::new(),
+    };
+
+    // 1. marker_present
+    let marker = evidence.marker.trim();
+    b.push(
+        "marker_present",
+        None,
+        json!(evidence.marker),
+        json!("a non-empty completion marker"),
+        if marker.is_empty() {
+            Outcome::Fail("no completion marker was given".into())
+        } else {
+            Outcome::Pass("completion marker present".into())
+        },
+    );
+
+    // 2. partitions_complete
+    let declared_set: BTreeSet<&PartitionSpec> = declared.iter().collect();
+    let mut seen = BTreeSet::new();
+    let duplicated: Vec<String> = evidence
+        .partitions
+        .iter()
+        .filter(|p| !seen.insert(&p.partition))
+        .map(|p| p.partition.to_string())
+        .collect();
+    let missing: Vec<String> = declared_set
+        .difference(&seen)
+        .map(|p| p.to_string())
+        .collect();
+    let unexpected: Vec<String> = seen
+        .difference(&declared_set)
+        .map(|p| p.to_string())
+        .collect();
+    let complete = missing.is_empty() && unexpected.is_empty() && duplicated.is_empty();
+    b.push(
+        "partitions_complete",
+        None,
+        json!({"reported": evidence.partitions.len(), "missing": missing, "unexpected": unexpected, "duplicated": duplicated}),
+        json!({"declared": declared.len()}),
+        if complete {
+            Outcome::Pass(format!("all {} declared partitions reported", declared.len()))
+        } else {
+            Outcome::Fail(format!(
+                "{} of {} declared partitions reported; missing {:?}, unexpected {:?}, duplicated {:?}",
+                declared_set.intersection(&seen).count(),
+                declared.len(),
+                missing,
+                unexpected,
+                duplicated
+            ))
+        },
+    );
+
+    for p in &evidence.partitions {
+        let spec = Some(&p.partition);
+        let hist = history.get(&p.partition).cloned().unwrap_or_default();
+
+        // 3. rows_match_written
+        let expected_rows = match policy.write_mode {
+            WriteMode::OverwritePartition | WriteMode::DeleteInsertByBatch => Some(p.rows_written),
+            WriteMode::Append => Some(hist.published_row_count.unwrap_or(0) + p.rows_written),
+            WriteMode::Merge => None,
+        };
+        match expected_rows {
+            None => b.push("rows_match_written", spec, json!(p.row_count), Value::Null, Outcome::Skipped("merge writes update rows in place; row_count is not derived from rows_written".into())),
+            Some(exp) => b.push(
+                "rows_match_written",
+                spec,
+                json!(p.row_count),
+                json!(exp),
+                if p.row_count == exp {
+                    Outcome::Pass(format!("partition holds the {exp} rows the batch accounts for"))
+                } else {
+                    Outcome::Fail(format!(
+                        "partition holds {} rows but the batch accounts for {exp} ({}): {} rows are {}",
+                        p.row_count,
+                        policy.write_mode,
+                        (p.row_count - exp).abs(),
+                        if p.row_count > exp { "extra (leftovers of an earlier attempt?)" } else { "missing" }
+                    ))
+                },
+            ),
+        }
+
+        // 4. unique_keys
+        match p.distinct_keys {
+            None => b.push(
+                "unique_keys",
+                spec,
+                Value::Null,
+                json!(p.row_count),
+                Outcome::Skipped("distinct_keys not reported".into()),
+            ),
+            Some(d) => b.push(
+                "unique_keys",
+                spec,
+                json!(d),
+                json!(p.row_count),
+                if d == p.row_count {
+                    Outcome::Pass("every row has its own key".into())
+                } else {
+                    Outcome::Fail(format!(
+                        "{d} distinct keys over {} rows: {} duplicate rows",
+                        p.row_count,
+                        p.row_count - d
+                    ))
+                },
+            ),
+        }
+
+        // 5. null_keys
+        match p.null_keys {
+            None => b.push(
+                "null_keys",
+                spec,
+                Value::Null,
+                json!(0),
+                Outcome::Skipped("null_keys not reported".into()),
+            ),
+            Some(n) => b.push(
+                "null_keys",
+                spec,
+                json!(n),
+                json!(0),
+                if n == 0 {
+                    Outcome::Pass("no null keys".into())
+                } else {
+                    Outcome::Fail(format!("{n} rows have a null key"))
+                },
+            ),
+        }
+
+        // 6. non_empty
+        if policy.allow_empty {
+            b.push(
+                "non_empty",
+                spec,
+                json!(p.row_count),
+                Value::Null,
+                Outcome::Skipped("the dataset allows empty partitions".into()),
+            );
+        } else {
+            b.push(
+                "non_empty",
+                spec,
+                json!(p.row_count),
+                json!("> 0"),
+                if p.row_count > 0 {
+                    Outcome::Pass("partition has rows".into())
+                } else {
+                    Outcome::Fail("partition is empty".into())
+                },
+            );
+        }
+
+        // 7. volume_vs_baseline
+        match median(&hist.baseline) {
+            None => b.push(
+                "volume_vs_baseline",
+                spec,
+                json!(p.row_count),
+                Value::Null,
+                Outcome::Skipped("no published history on earlier dates".into()),
+            ),
+            Some(base) if base == 0.0 => b.push(
+                "volume_vs_baseline",
+                spec,
+                json!(p.row_count),
+                json!({"baseline": 0, "periods": hist.baseline.len()}),
+                if p.row_count == 0 {
+                    Outcome::Pass("empty, as the baseline".into())
+                } else {
+                    Outcome::Fail(format!("{} rows against an empty baseline", p.row_count))
+                },
+            ),
+            Some(base) => {
+                let change = (p.row_count as f64 - base) / base;
+                b.push(
+                    "volume_vs_baseline",
+                    spec,
+                    json!({"row_count": p.row_count, "change": change}),
+                    json!({"baseline": base, "periods": hist.baseline.len(), "max_change": policy.max_volume_change}),
+                    if change.abs() <= policy.max_volume_change {
+                        Outcome::Pass(format!("{:+.1}% against the median of {} earlier dates", change * 100.0, hist.baseline.len()))
+                    } else {
+                        Outcome::Fail(format!(
+                            "{:+.1}% against the median {base} of {} earlier dates; at most ±{:.1}% allowed",
+                            change * 100.0,
+                            hist.baseline.len(),
+                            policy.max_volume_change * 100.0
+                        ))
+                    },
+                );
+            }
+        }
+    }
+
+    // 8. source_reconciliation
+    match &evidence.source {
+        None => b.push(
+            "source_reconciliation",
+            None,
+            Value::Null,
+            Value::Null,
+            Outcome::Skipped("no source counts given".into()),
+        ),
+        Some(src) => {
+            let written: i64 = evidence.partitions.iter().map(|p| p.rows_written).sum();
+            let mut problems = Vec::new();
+            let mut observed = serde_json::Map::new();
+            let mut expected = serde_json::Map::new();
+            if let Some(rc) = src.row_count {
+                observed.insert("rows_written".into(), json!(written));
+                expected.insert("row_count".into(), json!(rc));
+                if rc != written {
+                    problems.push(format!("source has {rc} rows, the batch wrote {written}"));
+                }
+            }
+            for (metric, want) in &src.metrics {
+                let reported: Vec<f64> = evidence
+                    .partitions
+                    .iter()
+                    .filter_map(|p| p.metrics.get(metric).copied())
+                    .collect();
+                expected.insert(metric.clone(), json!(want));
+                if reported.len() != evidence.partitions.len() {
+                    observed.insert(metric.clone(), Value::Null);
+                    problems.push(format!(
+                        "metric {metric:?} is not reported for every partition"
+                    ));
+                    continue;
+                }
+                let got: f64 = reported.iter().sum();
+                observed.insert(metric.clone(), json!(got));
+                if !metrics_agree(got, *want) {
+                    problems.push(format!(
+                        "{metric}: partitions sum to {got}, source says {want}"
+                    ));
+                }
+            }
+            b.push(
+                "source_reconciliation",
+                None,
+                Value::Object(observed),
+                Value::Object(expected),
+                if problems.is_empty() {
+                    Outcome::Pass("target reconciles with the source".into())
+                } else {
+                    Outcome::Fail(problems.join("; "))
+                },
+            );
+        }
+    }
+
+    let passed = !b.checks.iter().any(|c| c.status == CheckStatus::Fail);
+    Verdict {
+        passed,
+        checks: b.checks,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::policy::Tier;
+
+    fn spec(s: &str) -> PartitionSpec {
+        PartitionSpec::parse(s).unwrap()
+    }
+
+    fn part(s: &str, written: i64, count: i64) -> PartitionEvidence {
+        PartitionEvidence {
+            partition: spec(s),
+            rows_written: written,
+            row_count: count,
+            distinct_keys: Some(count),
+            null_keys: Some(0),
+            metrics: BTreeMap::new(),
+        }
+    }
+
+    fn commit(parts: Vec<PartitionEvidence>) -> CommitEvidence {
+        CommitEvidence {
+            marker: "_SUCCESS".into(),
+            partitions: parts,
+            source: None,
+        }
+    }
+
+    fn status_of(v: &Verdict, name: &str) -> CheckStatus {
+        v.checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no check {name}"))
+            .status
+    }
+
+    fn run(
+        policy: &DatasetPolicy,
+        declared: &[&str],
+        history: &[(&str, PartitionHistory)],
+        ev: &CommitEvidence,
+    ) -> Verdict {
+        let declared: Vec<_> = declared.iter().map(|s| spec(s)).collect();
+        let history = history.iter().map(|(p, h)| (spec(p), h.clone())).collect();
+        evaluate(policy, &declared, &history, ev)
+    }
+
+    #[test]
+    fn a_clean_commit_passes_every_check() {
+        let v = run(
+            &DatasetPolicy::default(),
+            &["dt=2026-08-24"],
+            &[],
+            &commit(vec![part("dt=2026-08-24", 10, 10)]),
+        );
+        assert!(v.passed, "{v:?}");
+        assert_eq!(status_of(&v, "volume_vs_baseline"), CheckStatus::Skipped);
+        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Skipped);
+    }
+
+    #[test]
+    fn an_appended_second_copy_fails_rows_match_written() {
+        let v = run(
+            &DatasetPolicy::default(),
+            &["dt=2026-08-24"],
+            &[],
+            &commit(vec![part("dt=2026-08-24", 1_000_000, 1_920_000)]),
+        );
+        assert!(!v.passed);
+        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Fail);
+    }
+
+    #[test]
+    fn append_mode_adds_to_the_published_count_and_merge_skips() {
+        let mut policy = DatasetPolicy {
+            write_mode: WriteMode::Append,
+            ..Default::default()
+        };
+        let hist = PartitionHistory {
+            published_row_count: Some(100),
+            baseline: vec![],
+        };
+        let v = run(
+            &policy,
+            &["dt=2026-08-24"],
+            &[("dt=2026-08-24", hist.clone())],
+            &commit(vec![part("dt=2026-08-24", 10, 110)]),
+        );
+        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Pass);
+        let v = run(
+            &policy,
+            &["dt=2026-08-24"],
+            &[("dt=2026-08-24", hist.clone())],
+            &commit(vec![part("dt=2026-08-24", 10, 10)]),
+        );
+        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Fail);
+        policy.write_mode = WriteMode::Merge;
+        let v = run(
+            &policy,
+            &["dt=2026-08-24"],
+            &[("dt=2026-08-24", hist)],
+            &commit(vec![part("dt=2026-08-24", 10, 999)]),
+        );
+        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Skipped);
+    }
+
+    #[test]
+    fn missing_and_unexpected_partitions_fail_completeness_even_on_scratch() {
+        let policy = DatasetPolicy {
+            tier: Tier::Scratch,
+            ..Default::default()
+        };
+        let v = run(
+            &policy,
+            &["h=1", "h=2"],
+            &[],
+            &commit(vec![part("h=1", 1, 1), part("h=3", 1, 1)]),
+        );
+        assert!(!v.passed);
+        let c = v
+            .checks
+            .iter()
+            .find(|c| c.name == "partitions_complete")
+            .unwrap();
+        assert_eq!(c.observed["missing"], json!(["h=2"]));
+        assert_eq!(c.observed["unexpected"], json!(["h=3"]));
+        let dup = run(
+            &policy,
+            &["h=1"],
+            &[],
+            &commit(vec![part("h=1", 1, 1), part("h=1", 1, 1)]),
+        );
+        assert_eq!(status_of(&dup, "partitions_complete"), CheckStatus::Fail);
+    }
+
+    #[test]
+    fn duplicate_and_null_keys_fail() {
+        let mut p = part("dt=2026-08-24", 10, 10);
+        p.distinct_keys = Some(9);
+        p.null_keys = Some(2);
+        let v = run(
+            &DatasetPolicy::default(),
+            &["dt=2026-08-24"],
+            &[],
+            &commit(vec![p]),
+        );
+        assert_eq!(status_of(&v, "unique_keys"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, "null_keys"), CheckStatus::Fail);
+        assert!(!v.passed);
+    }
+
+    #[test]
+    fn empty_partitions_fail_unless_allowed() {
+        let v = run(
+            &DatasetPolicy::default(),
+            &["dt=2026-08-24"],
+            &[],
+            &commit(vec![part("dt=2026-08-24", 0, 0)]),
+        );
+        assert_eq!(status_of(&v, "non_empty"), CheckStatus::Fail);
+        let allow = DatasetPolicy {
+            allow_empty: true,
+            ..Default::default()
+        };
+        let v = run(
+            &allow,
+            &["dt=2026-08-24"],
+            &[],
+            &commit(vec![part("dt=2026-08-24", 0, 0)]),
+        );
+        assert!(v.passed, "{v:?}");
+    }
+
+    #[test]
+    fn a_volume_drop_warns_on_standard_and_blocks_on_core() {
+        let hist = PartitionHistory {
+            published_row_count: Some(1000),
+            baseline: vec![1000, 990, 1010, 1000, 1005, 995, 1000],
+        };
+        let ev = commit(vec![part("dt=2026-08-24", 100, 100)]);
+        let standard = run(
+            &DatasetPolicy::default(),
+            &["dt=2026-08-24"],
+            &[("dt=2026-08-24", hist.clone())],
+            &ev,
+        );
+        assert_eq!(
+            status_of(&standard, "volume_vs_baseline"),
+            CheckStatus::Warn
+        );
+        assert!(standard.passed);
+        let core = DatasetPolicy {
+            tier: Tier::Core,
+            ..Default::default()
+        };
+        let v = run(
+            &core,
+            &["dt=2026-08-24"],
+            &[("dt=2026-08-24", hist.clone())],
+            &ev,
+        );
+        assert_eq!(status_of(&v, "volume_vs_baseline"), CheckStatus::Fail);
+        assert!(!v.passed);
+        let within = commit(vec![part("dt=2026-08-24", 800, 800)]);
+        let v = run(
+            &core,
+            &["dt=2026-08-24"],
+            &[("dt=2026-08-24", hist)],
+            &within,
+        );
+        assert_eq!(status_of(&v, "volume_vs_baseline"), CheckStatus::Pass);
+    }
+
+    #[test]
+    fn source_sums_reconcile_within_a_relative_tolerance() {
+        let mut p = part("dt=2026-08-24", 3, 3);
+        p.metrics.insert("amount".into(), 98765432.10);
+        let mut ev = commit(vec![p]);
+        ev.source = Some(SourceEvidence {
+            row_count: Some(3),
+            metrics: [("amount".to_string(), 98765432.10 + 1e-8)].into(),
+        });
+        let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
+        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Pass);
+        ev.source = Some(SourceEvidence {
+            row_count: Some(3),
+            metrics: [("amount".to_string(), 98765000.0)].into(),
+        });
+        let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
+        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
+        ev.source = Some(SourceEvidence {
+            row_count: Some(4),
+            metrics: BTreeMap::new(),
+        });
+        let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
+        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
+    }
+
+    #[test]
+    fn scratch_only_blocks_on_marker_and_completeness() {
+        let scratch = DatasetPolicy {
+            tier: Tier::Scratch,
+            ..Default::default()
+        };
+        let v = run(
+            &scratch,
+            &["dt=2026-08-24"],
+            &[],
+            &commit(vec![part("dt=2026-08-24", 10, 20)]),
+        );
+        assert!(v.passed);
+        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Warn);
+        let mut no_marker = commit(vec![part("dt=2026-08-24", 10, 10)]);
+        no_marker.marker = "  ".into();
+        let v = run(&scratch, &["dt=2026-08-24"], &[], &no_marker);
+        assert!(!v.passed);
+        assert_eq!(status_of(&v, "marker_present"), CheckStatus::Fail);
+    }
+
+    #[test]
+    fn median_of_even_and_odd_counts() {
+        assert_eq!(median(&[3, 1, 2]), Some(2.0));
+        assert_eq!(median(&[4, 1, 3, 2]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+}

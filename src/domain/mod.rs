@@ -1,0 +1,8 @@
+//! The rules that decide whether data is fit to consume. No I/O, no HTTP, no SQL:
+//! every function here takes what it needs as arguments and returns a decision.
+
+pub mod batch;
+pub mod checks;
+pub mod names;
+pub mod policy;
+pub mod readiness;

@@ -1,0 +1,111 @@
+//! A dataset's policy: how strict its gate is and how its producers write.
+
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [&'static str] = &[$($text),+];
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text),+ }
+            }
+        }
+
+        impl ::std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok(Self::$variant),)+
+                    _ => Err(format!("{s:?} is not one of {}", Self::ALL.join(", "))),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use string_enum;
+
+string_enum! {
+    /// How much a dataset's gate blocks.
+    Tier { Core = "core", Standard = "standard", Scratch = "scratch" }
+}
+
+string_enum! {
+    /// How the producing task writes its partitions: decides what "rows
+    /// written" must add up to.
+    WriteMode {
+        OverwritePartition = "overwrite_partition",
+        DeleteInsertByBatch = "delete_insert_by_batch",
+        Merge = "merge",
+        Append = "append",
+    }
+}
+
+/// The policy applied to every commit of a dataset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DatasetPolicy {
+    pub tier: Tier,
+    pub write_mode: WriteMode,
+    pub unique_key: Vec<String>,
+    pub timezone: String,
+    pub max_volume_change: f64,
+    pub baseline_periods: u32,
+    pub allow_empty: bool,
+    pub owner: Option<String>,
+}
+
+impl Default for DatasetPolicy {
+    fn default() -> Self {
+        Self {
+            tier: Tier::Standard,
+            write_mode: WriteMode::OverwritePartition,
+            unique_key: Vec::new(),
+            timezone: "UTC".into(),
+            max_volume_change: 0.3,
+            baseline_periods: 7,
+            allow_empty: false,
+            owner: None,
+        }
+    }
+}
+
+impl Tier {
+    /// Whether a failing check of this name blocks publication, or only warns.
+    pub fn blocks(self, check: &str) -> bool {
+        match self {
+            Tier::Core => true,
+            Tier::Standard => check != "volume_vs_baseline",
+            Tier::Scratch => matches!(check, "marker_present" | "partitions_complete"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_block_what_the_contract_says() {
+        assert!(Tier::Core.blocks("volume_vs_baseline"));
+        assert!(!Tier::Standard.blocks("volume_vs_baseline"));
+        assert!(Tier::Standard.blocks("unique_keys"));
+        assert!(Tier::Scratch.blocks("partitions_complete"));
+        assert!(Tier::Scratch.blocks("marker_present"));
+        assert!(!Tier::Scratch.blocks("rows_match_written"));
+    }
+
+    #[test]
+    fn enums_parse_their_wire_names_only() {
+        assert_eq!("merge".parse::<WriteMode>().unwrap(), WriteMode::Merge);
+        assert!("Merge".parse::<WriteMode>().is_err());
+        assert_eq!(Tier::Scratch.to_string(), "scratch");
+    }
+}

@@ -1,0 +1,120 @@
+//! `/v1/datasets`: a dataset's policy.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::AppJson;
+use super::AppState;
+use crate::domain::names::DatasetName;
+use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
+use crate::error::{Error, Result};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/datasets", get(list))
+        .route("/v1/datasets/{dataset}", get(read).put(put))
+}
+
+/// A PUT replaces the whole policy: a field left out takes its default.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyBody {
+    tier: Option<Tier>,
+    write_mode: Option<WriteMode>,
+    unique_key: Option<Vec<String>>,
+    timezone: Option<String>,
+    max_volume_change: Option<f64>,
+    baseline_periods: Option<u32>,
+    allow_empty: Option<bool>,
+    owner: Option<String>,
+}
+
+fn policy(b: PolicyBody) -> Result<DatasetPolicy> {
+    let d = DatasetPolicy::default();
+    let unique_key = b.unique_key.unwrap_or_default();
+    for (i, col) in unique_key.iter().enumerate() {
+        if col.is_empty()
+            || col.len() > 200
+            || col.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(Error::invalid(
+                format!("unique_key[{i}]"),
+                format!("{col:?} is not a column name"),
+            ));
+        }
+    }
+    let timezone = b.timezone.unwrap_or(d.timezone);
+    if timezone.parse::<chrono_tz::Tz>().is_err() {
+        return Err(Error::invalid(
+            "timezone",
+            format!("{timezone:?} is not an IANA time zone"),
+        ));
+    }
+    let max_volume_change = b.max_volume_change.unwrap_or(d.max_volume_change);
+    if !(max_volume_change.is_finite() && max_volume_change >= 0.0) {
+        return Err(Error::invalid(
+            "max_volume_change",
+            "max_volume_change must be a fraction ≥ 0, e.g. 0.3",
+        ));
+    }
+    let baseline_periods = b.baseline_periods.unwrap_or(d.baseline_periods);
+    if !(1..=366).contains(&baseline_periods) {
+        return Err(Error::invalid(
+            "baseline_periods",
+            "baseline_periods must be from 1 to 366",
+        ));
+    }
+    Ok(DatasetPolicy {
+        tier: b.tier.unwrap_or(d.tier),
+        write_mode: b.write_mode.unwrap_or(d.write_mode),
+        unique_key,
+        timezone,
+        max_volume_change,
+        baseline_periods,
+        allow_empty: b.allow_empty.unwrap_or(d.allow_empty),
+        owner: b.owner.filter(|o| !o.is_empty()),
+    })
+}
+
+fn dataset_name(raw: &str) -> Result<DatasetName> {
+    DatasetName::parse(raw).map_err(|e| Error::invalid("dataset", e.to_string()))
+}
+
+async fn put(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    body: AppJson<PolicyBody>,
+) -> Result<Response> {
+    let name = dataset_name(&name)?;
+    let policy = policy(body.value)?;
+    let (record, created) = app.store.put_dataset(&name, &policy).await?;
+    Ok((
+        if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
+        Json(record),
+    )
+        .into_response())
+}
+
+async fn read(State(app): State<AppState>, Path(name): Path<String>) -> Result<Response> {
+    let name = dataset_name(&name)?;
+    match app.store.get_dataset(name.as_str()).await? {
+        Some(d) => Ok(Json(d).into_response()),
+        None => Err(Error::not_found(
+            "dataset_not_found",
+            format!("no dataset {:?}", name.as_str()),
+        )),
+    }
+}
+
+async fn list(State(app): State<AppState>) -> Result<Json<serde_json::Value>> {
+    Ok(Json(json!({"items": app.store.list_datasets().await?})))
+}

@@ -1,0 +1,305 @@
+//! `/ready`: what scheduler sensors poll.
+//!
+//! Not ready is a 404, never a 200: Airflow's stock `HttpSensor` keeps poking
+//! on 404 and treats any 200 as done, and DolphinScheduler matches the bytes
+//! `"ready":true`, which appear only in ready bodies. A well-formed query
+//! never gets another 4xx or a 5xx (a deferrable trigger retries those
+//! without sleeping): if the database is down the answer is 404 `unavailable`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::NaiveDate;
+use serde_json::{json, Value};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+
+use super::query::Params;
+use super::{AppState, MAX_WAIT_SECONDS};
+use crate::changes::{Signal, TaskLatest};
+use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
+use crate::error::{Error, Result};
+use crate::store::PartitionRecord;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/ready", get(ready))
+}
+
+enum Target {
+    Partitions {
+        dataset: String,
+        partitions: Vec<String>,
+    },
+    Task {
+        task: String,
+        dt: NaiveDate,
+    },
+}
+
+fn parse(raw: Option<&str>) -> Result<(Target, Option<Duration>)> {
+    let mut p = Params::parse(raw);
+    let dataset = p.one("dataset")?;
+    let partitions = p.all("partition");
+    let task = p.one("task")?;
+    let dt = p.date("dt")?;
+    let wait = p.one("wait")?;
+    p.finish()?;
+    let target = match (dataset, task) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(
+                "task",
+                "ask either by dataset and partition, or by task and dt, not both",
+            ))
+        }
+        (Some(dataset), None) => {
+            DatasetName::parse(&dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
+            if partitions.is_empty() {
+                return Err(Error::invalid_code(
+                    "missing_field",
+                    "partition",
+                    "name at least one partition (the parameter may repeat)",
+                ));
+            }
+            for (i, part) in partitions.iter().enumerate() {
+                PartitionSpec::parse(part).map_err(|e| {
+                    Error::invalid_code(
+                        "invalid_partition",
+                        format!("partition[{i}]"),
+                        e.to_string(),
+                    )
+                })?;
+            }
+            Target::Partitions {
+                dataset,
+                partitions,
+            }
+        }
+        (None, Some(task)) => {
+            TaskName::parse(&task).map_err(|e| Error::invalid("task", e.to_string()))?;
+            let dt = dt.ok_or_else(|| {
+                Error::invalid_code("missing_field", "dt", "dt is required with task")
+            })?;
+            if !partitions.is_empty() {
+                return Err(Error::invalid(
+                    "partition",
+                    "partition goes with dataset, not with task",
+                ));
+            }
+            Target::Task { task, dt }
+        }
+        (None, None) => {
+            return Err(Error::invalid_code(
+                "missing_field",
+                "dataset",
+                "give dataset and partition, or task and dt",
+            ))
+        }
+    };
+    let wait = wait
+        .map(|w| match w.parse::<f64>() {
+            Ok(s) if (0.0..=MAX_WAIT_SECONDS).contains(&s) => Ok(Duration::from_secs_f64(s)),
+            _ => Err(Error::invalid(
+                "wait",
+                format!("wait must be a number of seconds from 0 to {MAX_WAIT_SECONDS}, got {w:?}"),
+            )),
+        })
+        .transpose()?;
+    Ok((target, wait))
+}
+
+/// The standing of each partition, from the cache where it can.
+async fn statuses(
+    app: &AppState,
+    dataset: &str,
+    partitions: &[String],
+) -> Result<Vec<Option<PartitionRecord>>> {
+    let mut out = Vec::with_capacity(partitions.len());
+    let mut missing = Vec::new();
+    for (i, p) in partitions.iter().enumerate() {
+        match app.hub.cached_partition(dataset, p) {
+            Some(hit) => out.push(hit),
+            None => {
+                out.push(None);
+                missing.push(i);
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(out);
+    }
+    let seen = app.hub.generation();
+    let names: Vec<String> = missing.iter().map(|&i| partitions[i].clone()).collect();
+    let fetched = app.store.partition_status(dataset, &names).await?;
+    for (&i, rec) in missing.iter().zip(fetched) {
+        app.hub
+            .fill_partition(seen, dataset, &partitions[i], rec.clone());
+        out[i] = rec;
+    }
+    Ok(out)
+}
+
+async fn task_latest(app: &AppState, task: &str, dt: NaiveDate) -> Result<Option<Arc<TaskLatest>>> {
+    let key = dt.to_string();
+    if let Some(hit) = app.hub.cached_task(task, &key) {
+        return Ok(hit);
+    }
+    let seen = app.hub.generation();
+    let latest = app.store.latest_task_batch(task, dt).await?.map(Arc::new);
+    app.hub.fill_task(seen, task, &key, latest.clone());
+    Ok(latest)
+}
+
+struct Answer {
+    ready: bool,
+    body: Value,
+}
+
+fn published(r: &PartitionRecord) -> Value {
+    json!({"partition": r.partition, "version": r.version, "batch_id": r.published_batch_id, "row_count": r.row_count, "published_at": r.published_at})
+}
+
+fn not_ready(reason: &str, extra: Value) -> Answer {
+    let mut body = json!({"ready": false, "reason": reason});
+    if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
+        b.extend(extra);
+    }
+    Answer { ready: false, body }
+}
+
+fn judge(dataset: &str, partitions: &[String], found: Vec<Option<PartitionRecord>>) -> Answer {
+    let blocker = partitions
+        .iter()
+        .zip(&found)
+        .find(|(_, f)| f.as_ref().is_none_or(|r| r.state != "ready"));
+    if let Some((name, rec)) = blocker {
+        let each: Vec<Value> = partitions
+            .iter()
+            .zip(&found)
+            .map(|(p, f)| match f {
+                None => json!({"partition": p, "state": "no_batch"}),
+                Some(r) => json!({"partition": p, "state": r.state, "batch_id": r.batch_id, "version": r.version}),
+            })
+            .collect();
+        let (reason, batch_id, last) = match rec {
+            None => ("no_batch", None, Value::Null),
+            Some(r) => (
+                r.state.as_str(),
+                r.batch_id.clone(),
+                if r.version > 0 {
+                    published(r)
+                } else {
+                    Value::Null
+                },
+            ),
+        };
+        return not_ready(
+            reason,
+            json!({"dataset": dataset, "partition": name, "batch_id": batch_id, "last_published": last, "partitions": each}),
+        );
+    }
+    let items: Vec<Value> = found.iter().flatten().map(published).collect();
+    Answer {
+        ready: true,
+        body: json!({"ready": true, "dataset": dataset, "partitions": items}),
+    }
+}
+
+async fn evaluate(app: &AppState, target: &Target) -> Result<Answer> {
+    match target {
+        Target::Partitions {
+            dataset,
+            partitions,
+        } => Ok(judge(
+            dataset,
+            partitions,
+            statuses(app, dataset, partitions).await?,
+        )),
+        Target::Task { task, dt } => {
+            let Some(latest) = task_latest(app, task, *dt).await? else {
+                return Ok(not_ready("no_batch", json!({"task": task, "dt": dt})));
+            };
+            let found = statuses(app, &latest.dataset, &latest.partitions).await?;
+            let mut answer = judge(&latest.dataset, &latest.partitions, found);
+            if let Some(b) = answer.body.as_object_mut() {
+                b.insert("task".into(), json!(task));
+                b.insert("dt".into(), json!(dt));
+                b.insert("latest_batch_id".into(), json!(latest.batch_id));
+            }
+            Ok(answer)
+        }
+    }
+}
+
+/// Evaluates, turning a storage fault into a not-ready answer.
+async fn evaluate_or_unavailable(app: &AppState, target: &Target) -> Answer {
+    match evaluate(app, target).await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(error = ?e, "readiness lookup failed");
+            not_ready(
+                "unavailable",
+                json!({"message": "the registry cannot be read right now; try again"}),
+            )
+        }
+    }
+}
+
+fn relevant(target: &Target, signal: &Signal) -> bool {
+    match (target, signal) {
+        (_, Signal::Resync) => true,
+        (
+            Target::Partitions {
+                dataset,
+                partitions,
+            },
+            Signal::Changed(c),
+        ) => partitions.iter().any(|p| c.touches(dataset, p)),
+        // The latest batch of a task may move to any dataset: look again.
+        (Target::Task { .. }, Signal::Changed(_)) => true,
+    }
+}
+
+async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+    let (target, wait) = match parse(raw.as_deref()) {
+        Ok(q) => q,
+        Err(e) => return e.into_response(),
+    };
+    let answer = match wait {
+        None => evaluate_or_unavailable(&app, &target).await,
+        Some(wait) => long_poll(&app, &target, Instant::now() + wait).await,
+    };
+    let status = if answer.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::NOT_FOUND
+    };
+    (status, Json(answer.body)).into_response()
+}
+
+/// Answers as soon as the target is ready, else at the deadline. Between
+/// evaluations it sleeps on the change hub: no polling of the database.
+async fn long_poll(app: &AppState, target: &Target, deadline: Instant) -> Answer {
+    // Subscribe before the first look, so a change between the look and the
+    // wait still wakes us.
+    let mut rx = app.hub.subscribe();
+    loop {
+        let answer = evaluate_or_unavailable(app, target).await;
+        if answer.ready {
+            return answer;
+        }
+        loop {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Err(_elapsed) => return answer,
+                Ok(Ok(signal)) if relevant(target, &signal) => break,
+                Ok(Ok(_)) => continue,
+                Ok(Err(RecvError::Lagged(_))) => break,
+                Ok(Err(RecvError::Closed)) => return answer,
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The `batchgate` command: `serve` (the default) and `migrate`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use batchgate::clock::SystemClock;
+use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN};
+use clap::{Args, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "batchgate",
+    version,
+    about = "The registry and readiness gate for batch data"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API (the default when no command is given).
+    Serve(ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate(DbArgs),
+}
+
+#[derive(Args, Clone)]
+struct DbArgs {
+    /// Database URL: sqlite://FILE or postgres://USER@HOST/DB.
+    #[arg(long = "db", env = "BATCHGATE_DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    database_url: String,
+}
+
+#[derive(Args, Clone)]
+struct ServeArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Address to listen on.
+    #[arg(long, env = "BATCHGATE_LISTEN", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// Most database connections this instance opens.
+    #[arg(long, env = "BATCHGATE_MAX_CONNECTIONS", default_value_t = 10)]
+    max_connections: u32,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        Self {
+            db: DbArgs {
+                database_url: DEFAULT_DATABASE_URL.into(),
+            },
+            listen: DEFAULT_LISTEN.parse().expect("default address"),
+            max_connections: 10,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Migrate(db)) => {
+            batchgate::store::SqlStore::migrate(&db.database_url).await?;
+            tracing::info!(db = %redact(&db.database_url), "migrations applied");
+            Ok(())
+        }
+        Some(Command::Serve(args)) => serve(args).await,
+        None => serve(ServeArgs::parse_from_env()).await,
+    }
+}
+
+impl ServeArgs {
+    /// `batchgate` with no command: serve, reading the environment as `serve` would.
+    fn parse_from_env() -> Self {
+        #[derive(Parser)]
+        struct Bare {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        Bare::try_parse_from(["batchgate"])
+            .map(|b| b.serve)
+            .unwrap_or_default()
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let settings = Settings {
+        database_url: args.db.database_url,
+        max_connections: args.max_connections,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(settings = ?settings, "starting");
+    batchgate::serve(settings, listener, Arc::new(SystemClock), shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}

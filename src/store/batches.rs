@@ -1,0 +1,681 @@
+//! The batch lifecycle in the registry: start, heartbeat, commit, fail. Each
+//! is one transaction under the dataset's write lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{json, Value};
+use sqlx::types::Json;
+
+use super::db::{args, Conn, Tx};
+use super::records::{parse_col, BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue};
+use super::{Decision, FailReport, Lease, SqlStore, StartBatch, Started};
+use crate::changes::Change;
+use crate::domain::batch::{leaves_residue, touches_table, BatchState, FailStage};
+use crate::domain::checks::{self, CommitEvidence, PartitionHistory};
+use crate::domain::names::{BatchId, PartitionSpec};
+use crate::domain::readiness::partition_state;
+use crate::error::{Error, Result};
+
+pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
+     request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
+     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, decision_status, decision_body";
+
+pub(super) const LOG_COLUMNS: &str =
+    "batch_id, target_partition, status, rows_written, row_count, distinct_keys, null_keys, metrics, version, finish_time";
+
+pub(super) async fn load_batch(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<BatchRow>> {
+    let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE batch_id = $1");
+    Ok(c.opt(&sql, args![batch_id]).await?)
+}
+
+pub(super) async fn load_logs(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<LogRow>> {
+    let sql = format!(
+        "SELECT {LOG_COLUMNS} FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition"
+    );
+    Ok(c.all(&sql, args![batch_id]).await?)
+}
+
+pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<BatchRecord>> {
+    let Some(b) = load_batch(c, batch_id).await? else {
+        return Ok(None);
+    };
+    let logs = load_logs(c, batch_id).await?;
+    let events: Vec<EventRow> = c
+        .all(
+            "SELECT kind, at, detail FROM batch_events WHERE batch_id = $1 ORDER BY id",
+            args![batch_id],
+        )
+        .await?;
+    Ok(Some(BatchRecord::assemble(b, logs, Some(events))))
+}
+
+async fn event(
+    c: &mut Conn<'_>,
+    batch_id: &str,
+    kind: &str,
+    at: DateTime<Utc>,
+    detail: Value,
+) -> Result<()> {
+    c.exec(
+        "INSERT INTO batch_events (batch_id, kind, at, detail) VALUES ($1, $2, $3, $4)",
+        args![batch_id, kind, at, detail],
+    )
+    .await?;
+    Ok(())
+}
+
+fn not_found(batch_id: &str) -> Error {
+    Error::not_found("batch_not_found", format!("no batch {batch_id:?}"))
+}
+
+/// Recomputes a partition's standing from its history in `task_produce_log`.
+async fn refresh_partition(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let history: Vec<(String, String, Option<String>)> = c
+        .all(
+            "SELECT l.batch_id, l.status, b.fail_stage FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
+             WHERE l.target_table = $1 AND l.target_partition = $2 ORDER BY l.batch_seq DESC",
+            args![dataset, partition],
+        )
+        .await?;
+    let (version,): (i64,) = c
+        .one(
+            "SELECT version FROM partitions WHERE dataset = $1 AND partition_spec = $2",
+            args![dataset, partition],
+        )
+        .await?;
+    let latest = history.iter().find(|(_, status, stage)| {
+        touches_table(
+            parse_col(status),
+            stage.as_deref().map(parse_col::<FailStage>),
+        )
+    });
+    let state = partition_state(latest.map(|(_, s, _)| parse_col(s)), version > 0);
+    let batch_id = latest.or(history.first()).map(|(b, _, _)| b.clone());
+    c.exec(
+        "UPDATE partitions SET state = $3, batch_id = $4, updated_at = $5 WHERE dataset = $1 AND partition_spec = $2",
+        args![dataset, partition, state.as_str(), batch_id, now],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn partitions_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<String>> {
+    let rows: Vec<(String,)> =
+        c.all("SELECT target_partition FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition", args![batch_id]).await?;
+    Ok(rows.into_iter().map(|(p,)| p).collect())
+}
+
+/// Ends a batch: its state, its `task_produce_log` rows, its partitions' standing.
+async fn settle(
+    c: &mut Conn<'_>,
+    b: &BatchRow,
+    state: BatchState,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>> {
+    c.exec(
+        "UPDATE batches SET state = $2, decided_at = $3 WHERE batch_id = $1",
+        args![&b.batch_id, state.as_str(), now],
+    )
+    .await?;
+    c.exec(
+        "UPDATE task_produce_log SET status = $2, finish_time = $3 WHERE batch_id = $1",
+        args![&b.batch_id, state.as_str(), now],
+    )
+    .await?;
+    let parts = partitions_of(c, &b.batch_id).await?;
+    for p in &parts {
+        refresh_partition(c, &b.dataset, p, now).await?;
+    }
+    Ok(parts)
+}
+
+/// Earlier batches of a partition that did not publish and may have left rows.
+async fn residue_of(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+) -> Result<Vec<(String, String)>> {
+    let rows: Vec<(String, String, Option<String>)> = c
+        .all(
+            "SELECT l.batch_id, l.status, b.fail_stage FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
+             WHERE l.target_table = $1 AND l.target_partition = $2 \
+               AND l.batch_seq > COALESCE((SELECT MAX(p.batch_seq) FROM task_produce_log p \
+                   WHERE p.target_table = $1 AND p.target_partition = $2 AND p.status IN ('published', 'superseded')), 0) \
+             ORDER BY l.batch_seq",
+            args![dataset, partition],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|(_, status, stage)| {
+            leaves_residue(
+                parse_col(status),
+                stage.as_deref().map(parse_col::<FailStage>),
+            )
+        })
+        .map(|(b, s, _)| (b, s))
+        .collect())
+}
+
+async fn load_policy(c: &mut Conn<'_>, dataset: &str) -> Result<DatasetRow> {
+    Ok(c.one(
+        "SELECT name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, created_at, updated_at \
+         FROM datasets WHERE name = $1",
+        args![dataset],
+    )
+    .await?)
+}
+
+impl SqlStore {
+    pub(super) async fn do_start(&self, req: StartBatch) -> Result<Started> {
+        let now = self.now();
+        let dataset = req.dataset.as_str();
+        let mut tx = self.begin_write(&[dataset]).await?;
+        let mut c = tx.conn();
+
+        if let Some(key) = &req.idempotency_key {
+            let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE idempotency_key = $1");
+            if let Some(b) = c.opt::<BatchRow>(&sql, args![key]).await? {
+                if b.request_fingerprint != req.fingerprint {
+                    return Err(Error::invalid_code(
+                        "idempotency_key_reused",
+                        "Idempotency-Key",
+                        format!("Idempotency-Key {key:?} was used for batch {} with a different request", b.batch_id),
+                    ));
+                }
+                let started: Option<(Option<Json<Value>>,)> = c
+                    .opt(
+                        "SELECT detail FROM batch_events WHERE batch_id = $1 AND kind = 'started'",
+                        args![&b.batch_id],
+                    )
+                    .await?;
+                let residue = started
+                    .and_then(|(d,)| d)
+                    .and_then(|d| {
+                        serde_json::from_value::<Vec<Residue>>(d.0["residue"].clone()).ok()
+                    })
+                    .unwrap_or_default();
+                return Ok(Started {
+                    state: b.state(),
+                    batch_id: b.batch_id,
+                    seq: b.seq,
+                    lease_expires_at: b.lease_expires_at,
+                    residue,
+                    created: false,
+                });
+            }
+        }
+
+        c.exec(
+            "INSERT INTO datasets (name, created_at, updated_at) VALUES ($1, $2, $2) ON CONFLICT (name) DO NOTHING",
+            args![dataset, now],
+        )
+        .await?;
+
+        // Who else is writing these partitions?
+        let mut blocking: BTreeMap<String, (BatchRow, Vec<String>)> = BTreeMap::new();
+        let mut expired: BTreeMap<String, BatchRow> = BTreeMap::new();
+        for p in &req.partitions {
+            let row: Option<(String, Option<String>)> = c
+                .opt("SELECT state, batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2", args![dataset, p.as_str()])
+                .await?;
+            let Some((state, Some(running_id))) = row else {
+                continue;
+            };
+            if state != "running" {
+                continue;
+            }
+            let b = load_batch(&mut c, &running_id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("partition points at missing batch {running_id}"))?;
+            if b.lease_expires_at > now {
+                blocking
+                    .entry(running_id)
+                    .or_insert_with(|| (b, Vec::new()))
+                    .1
+                    .push(p.to_string());
+            } else {
+                expired.insert(running_id, b);
+            }
+        }
+        if let Some((id, (b, parts))) = blocking.iter().next() {
+            return Err(Error::conflict(
+                "batch_in_progress",
+                format!(
+                    "batch {id} is running on {} and its lease runs until {}",
+                    parts.join(", "),
+                    b.lease_expires_at.to_rfc3339()
+                ),
+                json!({
+                    "batch_id": id,
+                    "partitions": parts,
+                    "lease_expires_at": b.lease_expires_at,
+                    "running": blocking.iter().map(|(id, (b, ps))| json!({"batch_id": id, "partitions": ps, "lease_expires_at": b.lease_expires_at})).collect::<Vec<_>>(),
+                }),
+            ));
+        }
+
+        let (seq,): (i64,) = c
+            .one(
+                "INSERT INTO task_seq (task, dt, last_seq) VALUES ($1, $2, 1) \
+                 ON CONFLICT (task, dt) DO UPDATE SET last_seq = task_seq.last_seq + 1 RETURNING last_seq",
+                args![req.task.as_str(), req.dt],
+            )
+            .await?;
+        let batch_id = BatchId::new(req.task.clone(), req.dt, seq).to_string();
+
+        let mut changed: BTreeSet<String> = req.partitions.iter().map(|p| p.to_string()).collect();
+        for (old_id, old) in &expired {
+            c.exec(
+                "UPDATE batches SET superseded_by = $2 WHERE batch_id = $1",
+                args![old_id, &batch_id],
+            )
+            .await?;
+            changed.extend(settle(&mut c, old, BatchState::Abandoned, now).await?);
+            event(
+                &mut c,
+                old_id,
+                "abandoned",
+                now,
+                json!({"lease_expired_at": old.lease_expires_at, "by": batch_id}),
+            )
+            .await?;
+        }
+
+        let mut residue: BTreeMap<String, Residue> = BTreeMap::new();
+        for p in &req.partitions {
+            for (id, state) in residue_of(&mut c, dataset, p.as_str()).await? {
+                residue
+                    .entry(id.clone())
+                    .or_insert_with(|| Residue {
+                        batch_id: id,
+                        state,
+                        partitions: vec![],
+                    })
+                    .partitions
+                    .push(p.to_string());
+            }
+        }
+        let residue: Vec<Residue> = residue.into_values().collect();
+
+        let lease_expires_at = now + Duration::seconds(req.lease_seconds);
+        let (id,): (i64,) = c
+            .one(
+                "INSERT INTO batches (batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
+                   request_fingerprint, lease_seconds, lease_expires_at, started_at) \
+                 VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
+                args![
+                    &batch_id, req.task.as_str(), dataset, req.dt, seq, req.trigger.as_str(), req.run_ref.clone(), req.scope.clone(),
+                    req.idempotency_key.clone(), &req.fingerprint, req.lease_seconds, lease_expires_at, now
+                ],
+            )
+            .await?;
+        for p in &req.partitions {
+            c.exec(
+                "INSERT INTO task_produce_log (batch_id, target_partition, task_name, dt, target_table, status, batch_seq, start_time) \
+                 VALUES ($1, $2, $3, $4, $5, 'running', $6, $7)",
+                args![&batch_id, p.as_str(), req.task.as_str(), req.dt, dataset, id, now],
+            )
+            .await?;
+            c.exec(
+                "INSERT INTO partitions (dataset, partition_spec, dt, baseline_key, state, batch_id, updated_at) \
+                 VALUES ($1, $2, $3, $4, 'running', $5, $6) \
+                 ON CONFLICT (dataset, partition_spec) DO UPDATE SET state = 'running', batch_id = excluded.batch_id, \
+                   dt = excluded.dt, baseline_key = excluded.baseline_key, updated_at = excluded.updated_at",
+                args![dataset, p.as_str(), req.dt, p.baseline_key(req.dt), &batch_id, now],
+            )
+            .await?;
+        }
+        event(
+            &mut c,
+            &batch_id,
+            "started",
+            now,
+            json!({"trigger": req.trigger, "run_ref": req.run_ref, "lease_expires_at": lease_expires_at, "residue": residue}),
+        )
+        .await?;
+
+        self.finish(
+            tx,
+            vec![Change {
+                dataset: dataset.to_owned(),
+                partitions: Some(changed.into_iter().collect()),
+            }],
+        )
+        .await?;
+        Ok(Started {
+            batch_id,
+            seq,
+            state: BatchState::Running,
+            lease_expires_at,
+            residue,
+            created: true,
+        })
+    }
+
+    /// Loads a batch and takes its dataset's write lock, in that order: the
+    /// batch's dataset never changes, so the row read before the lock names
+    /// the right lock; the row is read again under it.
+    async fn lock_batch(&self, batch_id: &str) -> Result<(Tx, BatchRow)> {
+        let dataset = {
+            let mut r = self.read().await?;
+            load_batch(&mut r.conn(), batch_id)
+                .await?
+                .ok_or_else(|| not_found(batch_id))?
+                .dataset
+        };
+        let mut tx = self.begin_write(&[&dataset]).await?;
+        let b = load_batch(&mut tx.conn(), batch_id)
+            .await?
+            .ok_or_else(|| not_found(batch_id))?;
+        Ok((tx, b))
+    }
+
+    pub(super) async fn do_heartbeat(&self, batch_id: &str) -> Result<Lease> {
+        let now = self.now();
+        let (mut tx, b) = self.lock_batch(batch_id).await?;
+        if b.state() != BatchState::Running {
+            return Err(Error::conflict(
+                "batch_not_running",
+                format!("batch {batch_id} is {}, not running", b.state),
+                json!({"batch_id": batch_id, "state": b.state, "superseded_by": b.superseded_by}),
+            ));
+        }
+        let lease_expires_at = now + Duration::seconds(b.lease_seconds);
+        let mut c = tx.conn();
+        c.exec(
+            "UPDATE batches SET lease_expires_at = $2 WHERE batch_id = $1",
+            args![batch_id, lease_expires_at],
+        )
+        .await?;
+        event(
+            &mut c,
+            batch_id,
+            "heartbeat",
+            now,
+            json!({"lease_expires_at": lease_expires_at}),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Lease {
+            batch_id: batch_id.to_owned(),
+            state: BatchState::Running,
+            lease_expires_at,
+        })
+    }
+
+    /// What to answer when a commit or fail arrives for a batch that is no
+    /// longer running: the recorded answer if it is the same request again,
+    /// else a conflict naming the state.
+    fn decided_answer(b: &BatchRow, kind: &str, fingerprint: &str) -> Result<Decision> {
+        if b.decision_kind.as_deref() == Some(kind)
+            && b.decision_fingerprint.as_deref() == Some(fingerprint)
+        {
+            if let (Some(status), Some(body)) = (b.decision_status, &b.decision_body) {
+                return Ok(Decision {
+                    status: u16::try_from(status).unwrap_or(500),
+                    body: body.0.clone(),
+                });
+            }
+        }
+        let state = b.state();
+        if state == BatchState::Abandoned {
+            return Err(Error::conflict(
+                "superseded",
+                format!(
+                    "batch {}'s lease expired and batch {} started on its partitions",
+                    b.batch_id,
+                    b.superseded_by.as_deref().unwrap_or("?")
+                ),
+                json!({"batch_id": b.batch_id, "state": state, "superseded_by": b.superseded_by}),
+            ));
+        }
+        Err(Error::conflict(
+            "already_decided",
+            format!(
+                "batch {} is already {} (by a {} with another body)",
+                b.batch_id,
+                state,
+                b.decision_kind.as_deref().unwrap_or("decision")
+            ),
+            json!({"batch_id": b.batch_id, "state": state, "decision": b.decision_kind}),
+        ))
+    }
+
+    pub(super) async fn do_commit(
+        &self,
+        batch_id: &str,
+        evidence: CommitEvidence,
+        fingerprint: String,
+    ) -> Result<Decision> {
+        let now = self.now();
+        let (mut tx, b) = self.lock_batch(batch_id).await?;
+        if b.state() != BatchState::Running {
+            return Self::decided_answer(&b, "commit", &fingerprint);
+        }
+        let mut c = tx.conn();
+        let policy = load_policy(&mut c, &b.dataset).await?.policy();
+        let declared: Vec<PartitionSpec> = partitions_of(&mut c, batch_id)
+            .await?
+            .iter()
+            .map(|p| {
+                PartitionSpec::parse(p).map_err(|e| anyhow::anyhow!("stored partition {p:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let mut history = BTreeMap::new();
+        for p in &declared {
+            let (published_row_count, version, baseline_key): (Option<i64>, i64, String) = c
+                .one(
+                    "SELECT published_row_count, version, baseline_key FROM partitions WHERE dataset = $1 AND partition_spec = $2",
+                    args![&b.dataset, p.as_str()],
+                )
+                .await?;
+            let baseline: Vec<(i64,)> = c
+                .all(
+                    "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2 AND dt < $3 \
+                       AND version > 0 AND published_row_count IS NOT NULL ORDER BY dt DESC LIMIT $4",
+                    args![&b.dataset, baseline_key, b.dt, i64::from(policy.baseline_periods)],
+                )
+                .await?;
+            history.insert(
+                p.clone(),
+                PartitionHistory {
+                    published_row_count: if version > 0 {
+                        published_row_count
+                    } else {
+                        None
+                    },
+                    baseline: baseline.into_iter().map(|(n,)| n).collect(),
+                },
+            );
+        }
+        let verdict = checks::evaluate(&policy, &declared, &history, &evidence);
+
+        for p in &evidence.partitions {
+            c.exec(
+                "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7 \
+                 WHERE batch_id = $1 AND target_partition = $2",
+                args![batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, json!(p.metrics)],
+            )
+            .await?;
+        }
+        let source = evidence
+            .source
+            .as_ref()
+            .map(|s| json!({"row_count": s.row_count, "metrics": s.metrics}));
+        c.exec(
+            "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5 WHERE batch_id = $1",
+            args![batch_id, evidence.marker.clone(), source, json!(verdict.checks), fingerprint],
+        )
+        .await?;
+
+        let changed = if verdict.passed {
+            for p in &evidence.partitions {
+                let (prev,): (Option<String>,) = c
+                    .one("SELECT published_batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2", args![&b.dataset, p.partition.as_str()])
+                    .await?;
+                let (version,): (i64,) = c
+                    .one(
+                        "UPDATE partitions SET version = version + 1, published_batch_id = $3, published_row_count = $4, published_at = $5 \
+                         WHERE dataset = $1 AND partition_spec = $2 RETURNING version",
+                        args![&b.dataset, p.partition.as_str(), batch_id, p.row_count, now],
+                    )
+                    .await?;
+                c.exec(
+                    "UPDATE task_produce_log SET version = $3 WHERE batch_id = $1 AND target_partition = $2",
+                    args![batch_id, p.partition.as_str(), version],
+                )
+                .await?;
+                if let Some(prev) = prev {
+                    supersede(&mut c, &prev, p.partition.as_str(), batch_id, now).await?;
+                }
+            }
+            let changed = settle(&mut c, &b, BatchState::Published, now).await?;
+            event(
+                &mut c,
+                batch_id,
+                "committed",
+                now,
+                json!({"state": "published", "marker": evidence.marker}),
+            )
+            .await?;
+            changed
+        } else {
+            let changed = settle(&mut c, &b, BatchState::Rejected, now).await?;
+            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name).collect();
+            event(
+                &mut c,
+                batch_id,
+                "committed",
+                now,
+                json!({"state": "rejected", "failed_checks": failed}),
+            )
+            .await?;
+            changed
+        };
+
+        let record = load_record(&mut c, batch_id)
+            .await?
+            .ok_or_else(|| not_found(batch_id))?;
+        let mut body = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
+        let status = if verdict.passed {
+            200
+        } else {
+            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name).collect();
+            body["error"] = json!({
+                "code": "checks_failed",
+                "message": format!("batch {batch_id} rejected: {} failed", failed.join(", ")),
+                "details": {"batch_id": batch_id, "failed_checks": failed},
+            });
+            422
+        };
+        c.exec(
+            "UPDATE batches SET decision_status = $2, decision_body = $3 WHERE batch_id = $1",
+            args![batch_id, i64::from(status), body.clone()],
+        )
+        .await?;
+        self.finish(
+            tx,
+            vec![Change {
+                dataset: b.dataset.clone(),
+                partitions: Some(changed),
+            }],
+        )
+        .await?;
+        Ok(Decision { status, body })
+    }
+
+    pub(super) async fn do_fail(
+        &self,
+        batch_id: &str,
+        report: FailReport,
+        fingerprint: String,
+    ) -> Result<Decision> {
+        let now = self.now();
+        let (mut tx, b) = self.lock_batch(batch_id).await?;
+        if b.state() != BatchState::Running {
+            let answer = Self::decided_answer(&b, "fail", &fingerprint);
+            if answer.is_err()
+                && matches!(b.state(), BatchState::Published | BatchState::Superseded)
+            {
+                // The task thinks it failed, but its commit went through: it
+                // never heard the acknowledgement. Keep that in the history.
+                let detail = json!({"stage": report.stage, "category": report.category, "message": report.message});
+                event(&mut tx.conn(), batch_id, "fail_after_publish", now, detail).await?;
+                tx.commit().await?;
+            }
+            return answer;
+        }
+        let mut c = tx.conn();
+        c.exec(
+            "UPDATE batches SET fail_stage = $2, fail_category = $3, fail_message = $4, decision_kind = 'fail', decision_fingerprint = $5 \
+             WHERE batch_id = $1",
+            args![batch_id, report.stage.as_str(), report.category.as_str(), report.message.clone(), fingerprint],
+        )
+        .await?;
+        let changed = settle(&mut c, &b, BatchState::Failed, now).await?;
+        event(
+            &mut c,
+            batch_id,
+            "failed",
+            now,
+            json!({"stage": report.stage, "category": report.category, "message": report.message}),
+        )
+        .await?;
+        let record = load_record(&mut c, batch_id)
+            .await?
+            .ok_or_else(|| not_found(batch_id))?;
+        let body = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
+        c.exec(
+            "UPDATE batches SET decision_status = 200, decision_body = $2 WHERE batch_id = $1",
+            args![batch_id, body.clone()],
+        )
+        .await?;
+        self.finish(
+            tx,
+            vec![Change {
+                dataset: b.dataset.clone(),
+                partitions: Some(changed),
+            }],
+        )
+        .await?;
+        Ok(Decision { status: 200, body })
+    }
+}
+
+/// Marks the earlier publisher of a partition superseded there; the batch as a
+/// whole becomes `superseded` once none of its partitions is current.
+async fn supersede(
+    c: &mut Conn<'_>,
+    prev: &str,
+    partition: &str,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    c.exec(
+        "UPDATE task_produce_log SET status = 'superseded' WHERE batch_id = $1 AND target_partition = $2",
+        args![prev, partition],
+    )
+    .await?;
+    let (current,): (i64,) = c
+        .one(
+            "SELECT COUNT(*) FROM task_produce_log WHERE batch_id = $1 AND status = 'published'",
+            args![prev],
+        )
+        .await?;
+    if current == 0 {
+        let n = c
+            .exec("UPDATE batches SET state = 'superseded', superseded_by = $2 WHERE batch_id = $1 AND state = 'published'", args![prev, by])
+            .await?;
+        if n > 0 {
+            event(c, prev, "superseded", now, json!({"by": by})).await?;
+        }
+    }
+    Ok(())
+}

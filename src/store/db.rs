@@ -1,0 +1,217 @@
+//! The thin layer between the registry's SQL and the two backends.
+//!
+//! The registry's statements are written once, in the SQL both SQLite and
+//! PostgreSQL accept (`$n` placeholders, `ON CONFLICT`, `RETURNING`). Arguments
+//! travel as [`Arg`] values and rows decode through types that implement
+//! `FromRow` for both backends, so each statement runs natively on either
+//! without `sqlx::Any` and without losing types.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde_json::Value;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::sqlite::{SqliteArguments, SqliteRow};
+use sqlx::types::Json;
+use sqlx::{Arguments, FromRow, PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+
+/// One bound value.
+#[derive(Debug, Clone)]
+pub enum Arg {
+    Text(Option<String>),
+    Int(Option<i64>),
+    Real(Option<f64>),
+    Bool(bool),
+    Date(NaiveDate),
+    Time(Option<DateTime<Utc>>),
+    Json(Option<Value>),
+}
+
+macro_rules! arg_from {
+    ($($t:ty => $variant:ident $(via $conv:expr)?),+ $(,)?) => {$(
+        impl From<$t> for Arg {
+            fn from(v: $t) -> Self { Arg::$variant(arg_from!(@conv v $(, $conv)?)) }
+        }
+    )+};
+    (@conv $v:ident) => { $v };
+    (@conv $v:ident, $conv:expr) => { $conv($v) };
+}
+
+arg_from! {
+    String => Text via Some,
+    Option<String> => Text,
+    i64 => Int via Some,
+    Option<i64> => Int,
+    f64 => Real via Some,
+    bool => Bool,
+    NaiveDate => Date,
+    DateTime<Utc> => Time via Some,
+    Option<DateTime<Utc>> => Time,
+    Value => Json via Some,
+    Option<Value> => Json,
+}
+
+impl From<&str> for Arg {
+    fn from(v: &str) -> Self {
+        Arg::Text(Some(v.to_owned()))
+    }
+}
+
+impl From<&String> for Arg {
+    fn from(v: &String) -> Self {
+        Arg::Text(Some(v.clone()))
+    }
+}
+
+impl From<Option<&str>> for Arg {
+    fn from(v: Option<&str>) -> Self {
+        Arg::Text(v.map(str::to_owned))
+    }
+}
+
+/// Builds a `Vec<Arg>` from values of mixed types.
+macro_rules! args {
+    ($($v:expr),* $(,)?) => { vec![$($crate::store::db::Arg::from($v)),*] };
+}
+pub(crate) use args;
+
+fn sqlite_args(args: Vec<Arg>) -> SqliteArguments<'static> {
+    let mut out = SqliteArguments::default();
+    for a in args {
+        let r = match a {
+            Arg::Text(v) => out.add(v),
+            Arg::Int(v) => out.add(v),
+            Arg::Real(v) => out.add(v),
+            Arg::Bool(v) => out.add(v),
+            Arg::Date(v) => out.add(v),
+            Arg::Time(v) => out.add(v),
+            Arg::Json(v) => out.add(v.map(Json)),
+        };
+        r.expect("encoding into SqliteArguments does not fail");
+    }
+    out
+}
+
+fn pg_args(args: Vec<Arg>) -> PgArguments {
+    let mut out = PgArguments::default();
+    for a in args {
+        let r = match a {
+            Arg::Text(v) => out.add(v),
+            Arg::Int(v) => out.add(v),
+            Arg::Real(v) => out.add(v),
+            Arg::Bool(v) => out.add(v),
+            Arg::Date(v) => out.add(v),
+            Arg::Time(v) => out.add(v),
+            Arg::Json(v) => out.add(v.map(Json)),
+        };
+        r.expect("encoding into PgArguments does not fail");
+    }
+    out
+}
+
+/// A row type both backends can decode.
+pub trait Row: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin {}
+impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
+{}
+
+/// A connection of either backend, borrowed from a pool or a transaction.
+pub enum Conn<'c> {
+    Sqlite(&'c mut SqliteConnection),
+    Postgres(&'c mut PgConnection),
+}
+
+impl Conn<'_> {
+    pub async fn all<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<Vec<R>> {
+        match self {
+            Conn::Sqlite(c) => {
+                sqlx::query_as_with(sql, sqlite_args(args))
+                    .fetch_all(&mut **c)
+                    .await
+            }
+            Conn::Postgres(c) => {
+                sqlx::query_as_with(sql, pg_args(args))
+                    .fetch_all(&mut **c)
+                    .await
+            }
+        }
+    }
+
+    pub async fn opt<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<Option<R>> {
+        match self {
+            Conn::Sqlite(c) => {
+                sqlx::query_as_with(sql, sqlite_args(args))
+                    .fetch_optional(&mut **c)
+                    .await
+            }
+            Conn::Postgres(c) => {
+                sqlx::query_as_with(sql, pg_args(args))
+                    .fetch_optional(&mut **c)
+                    .await
+            }
+        }
+    }
+
+    pub async fn one<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<R> {
+        match self {
+            Conn::Sqlite(c) => {
+                sqlx::query_as_with(sql, sqlite_args(args))
+                    .fetch_one(&mut **c)
+                    .await
+            }
+            Conn::Postgres(c) => {
+                sqlx::query_as_with(sql, pg_args(args))
+                    .fetch_one(&mut **c)
+                    .await
+            }
+        }
+    }
+
+    /// Runs a statement; returns the number of rows it affected.
+    pub async fn exec(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<u64> {
+        match self {
+            Conn::Sqlite(c) => sqlx::query_with(sql, sqlite_args(args))
+                .execute(&mut **c)
+                .await
+                .map(|r| r.rows_affected()),
+            Conn::Postgres(c) => sqlx::query_with(sql, pg_args(args))
+                .execute(&mut **c)
+                .await
+                .map(|r| r.rows_affected()),
+        }
+    }
+}
+
+/// A write transaction of either backend.
+pub enum Tx {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+impl Tx {
+    pub fn conn(&mut self) -> Conn<'_> {
+        match self {
+            Tx::Sqlite(t) => Conn::Sqlite(&mut **t),
+            Tx::Postgres(t) => Conn::Postgres(&mut **t),
+        }
+    }
+
+    pub async fn commit(self) -> sqlx::Result<()> {
+        match self {
+            Tx::Sqlite(t) => t.commit().await,
+            Tx::Postgres(t) => t.commit().await,
+        }
+    }
+}
+
+/// A pooled connection of either backend, for reads.
+pub enum Pooled {
+    Sqlite(sqlx::pool::PoolConnection<Sqlite>),
+    Postgres(sqlx::pool::PoolConnection<Postgres>),
+}
+
+impl Pooled {
+    pub fn conn(&mut self) -> Conn<'_> {
+        match self {
+            Pooled::Sqlite(c) => Conn::Sqlite(&mut **c),
+            Pooled::Postgres(c) => Conn::Postgres(&mut **c),
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Storage: the registry behind the [`Store`] trait.
+//!
+//! Every operation that changes state runs in one transaction that loads the
+//! context a rule needs, asks [`crate::domain`] for the decision and writes it,
+//! so two replicas can never decide on different histories. The SQL is shared
+//! by both backends (see [`db`]); what differs (connecting, migrating, how a
+//! write transaction serialises, how other replicas hear of changes) lives in
+//! [`sqlite`] and [`postgres`].
+
+mod batches;
+pub mod db;
+mod postgres;
+mod reads;
+mod records;
+mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
+
+use crate::changes::{Change, ChangeHub, TaskLatest};
+use crate::clock::Clock;
+use crate::domain::batch::{BatchState, FailCategory, FailStage, Trigger};
+use crate::domain::checks::CommitEvidence;
+use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
+use crate::domain::policy::DatasetPolicy;
+use crate::error::Result;
+use db::{Pooled, Tx};
+
+/// A request to start a batch, already parsed.
+#[derive(Debug, Clone)]
+pub struct StartBatch {
+    pub task: TaskName,
+    pub dataset: DatasetName,
+    pub dt: NaiveDate,
+    pub partitions: Vec<PartitionSpec>,
+    pub scope: Option<Value>,
+    pub trigger: Trigger,
+    pub run_ref: Option<String>,
+    pub lease_seconds: i64,
+    pub idempotency_key: Option<String>,
+    /// The canonical request body: the same key with another body is refused.
+    pub fingerprint: String,
+}
+
+/// The answer to a start.
+#[derive(Debug, Clone, Serialize)]
+pub struct Started {
+    pub batch_id: String,
+    pub seq: i64,
+    pub state: BatchState,
+    pub lease_expires_at: DateTime<Utc>,
+    pub residue: Vec<Residue>,
+    /// False when an `Idempotency-Key` replay returned an existing batch.
+    #[serde(skip)]
+    pub created: bool,
+}
+
+/// A task's report that it failed.
+#[derive(Debug, Clone)]
+pub struct FailReport {
+    pub stage: FailStage,
+    pub category: FailCategory,
+    pub message: Option<String>,
+}
+
+/// The recorded answer to a commit or fail: replayed byte for byte when the
+/// same request comes again.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub status: u16,
+    pub body: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Lease {
+    pub batch_id: String,
+    pub state: BatchState,
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct BatchQuery {
+    pub task: Option<String>,
+    pub dataset: Option<String>,
+    pub dt: Option<NaiveDate>,
+    pub state: Option<BatchState>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    pub limit: i64,
+    /// Id of the last batch of the previous page.
+    pub after_id: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PartitionQuery {
+    pub dataset: String,
+    pub from: Option<NaiveDate>,
+    pub to: Option<NaiveDate>,
+    pub limit: i64,
+    /// `(dt, partition)` of the last item of the previous page.
+    pub after: Option<(NaiveDate, String)>,
+}
+
+/// One page of a keyset listing.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// The keyset position after the last item, when another page follows.
+    pub next: Option<Value>,
+}
+
+/// The registry.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    fn backend(&self) -> &'static str;
+    /// The hub this store publishes its changes to.
+    fn hub(&self) -> &Arc<ChangeHub>;
+    async fn health(&self) -> Result<()>;
+
+    async fn put_dataset(
+        &self,
+        name: &DatasetName,
+        policy: &DatasetPolicy,
+    ) -> Result<(DatasetRecord, bool)>;
+    async fn get_dataset(&self, name: &str) -> Result<Option<DatasetRecord>>;
+    async fn list_datasets(&self) -> Result<Vec<DatasetRecord>>;
+
+    async fn start_batch(&self, req: StartBatch) -> Result<Started>;
+    async fn heartbeat(&self, batch_id: &str) -> Result<Lease>;
+    async fn commit_batch(
+        &self,
+        batch_id: &str,
+        evidence: CommitEvidence,
+        fingerprint: String,
+    ) -> Result<Decision>;
+    async fn fail_batch(
+        &self,
+        batch_id: &str,
+        report: FailReport,
+        fingerprint: String,
+    ) -> Result<Decision>;
+
+    async fn get_batch(&self, batch_id: &str) -> Result<Option<BatchRecord>>;
+    async fn list_batches(&self, q: &BatchQuery) -> Result<Page<BatchRecord>>;
+    async fn list_partitions(&self, q: &PartitionQuery) -> Result<Page<PartitionRecord>>;
+    /// The current standing of each named partition, in order; `None` where
+    /// no batch ever named it.
+    async fn partition_status(
+        &self,
+        dataset: &str,
+        partitions: &[String],
+    ) -> Result<Vec<Option<PartitionRecord>>>;
+    /// The latest batch a task started for a data date.
+    async fn latest_task_batch(&self, task: &str, dt: NaiveDate) -> Result<Option<TaskLatest>>;
+}
+
+/// Which database, with its pool.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool),
+}
+
+/// The registry on SQL: one implementation, two backends.
+pub struct SqlStore {
+    backend: Backend,
+    clock: Arc<dyn Clock>,
+    hub: Arc<ChangeHub>,
+}
+
+/// Pool size and connection settings.
+#[derive(Debug, Clone)]
+pub struct DbOptions {
+    pub max_connections: u32,
+}
+
+impl Default for DbOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 10,
+        }
+    }
+}
+
+impl SqlStore {
+    /// Connects to `url` (`sqlite:` or `postgres:`), applies migrations and,
+    /// on PostgreSQL, starts listening for other replicas' changes.
+    pub async fn connect(
+        url: &str,
+        opts: &DbOptions,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Arc<Self>> {
+        let store = match url.split(':').next() {
+            Some("sqlite") => {
+                let pool = sqlite::connect(url, opts).await?;
+                Self {
+                    backend: Backend::Sqlite(pool),
+                    clock,
+                    hub: ChangeHub::new(true),
+                }
+            }
+            Some("postgres" | "postgresql") => {
+                let pool = postgres::connect(url, opts).await?;
+                let hub = ChangeHub::new(false);
+                postgres::spawn_listener(pool.clone(), hub.clone()).await;
+                Self {
+                    backend: Backend::Postgres(pool),
+                    clock,
+                    hub,
+                }
+            }
+            _ => anyhow::bail!("database URL must start with sqlite: or postgres:, got {url:?}"),
+        };
+        Ok(Arc::new(store))
+    }
+
+    /// Applies migrations to `url` and returns.
+    pub async fn migrate(url: &str) -> anyhow::Result<()> {
+        let opts = DbOptions { max_connections: 1 };
+        match url.split(':').next() {
+            Some("sqlite") => sqlite::connect(url, &opts).await.map(drop),
+            Some("postgres" | "postgresql") => postgres::connect(url, &opts).await.map(drop),
+            _ => anyhow::bail!("database URL must start with sqlite: or postgres:, got {url:?}"),
+        }
+    }
+
+    /// A write transaction that holds the write lock of every named dataset
+    /// until it ends (SQLite: the database's one writer lock).
+    async fn begin_write(&self, datasets: &[&str]) -> Result<Tx> {
+        Ok(match &self.backend {
+            Backend::Sqlite(pool) => Tx::Sqlite(sqlite::begin_write(pool).await?),
+            Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool, datasets).await?),
+        })
+    }
+
+    async fn read(&self) -> Result<Pooled> {
+        Ok(match &self.backend {
+            Backend::Sqlite(pool) => Pooled::Sqlite(pool.acquire().await?),
+            Backend::Postgres(pool) => Pooled::Postgres(pool.acquire().await?),
+        })
+    }
+
+    /// Tells other replicas, from inside the transaction, that these
+    /// partitions changed. Delivered only if the transaction commits.
+    async fn announce(&self, tx: &mut Tx, changes: &[Change]) -> Result<()> {
+        if let Tx::Postgres(t) = tx {
+            for c in changes {
+                postgres::notify(t, c).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits, then publishes the changes to this replica's hub.
+    async fn finish(&self, mut tx: Tx, changes: Vec<Change>) -> Result<()> {
+        self.announce(&mut tx, &changes).await?;
+        tx.commit().await?;
+        for c in changes {
+            self.hub.publish(c);
+        }
+        Ok(())
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+}

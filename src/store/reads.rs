@@ -1,0 +1,303 @@
+//! Reads: records, listings, and the partition standings `/ready` needs; and
+//! the [`Store`] trait wired to the operations.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::NaiveDate;
+
+use super::batches::{load_record, BATCH_COLUMNS, LOG_COLUMNS};
+use super::db::{args, Arg};
+use super::records::{BatchRow, DatasetRow, LogRow};
+use super::*;
+use crate::changes::{ChangeHub, TaskLatest};
+use crate::domain::names::DatasetName;
+use crate::domain::policy::DatasetPolicy;
+use crate::error::Result;
+
+const PARTITION_COLUMNS: &str =
+    "dataset, partition_spec, dt, state, batch_id, version, published_batch_id, published_row_count, published_at, updated_at";
+
+const DATASET_COLUMNS: &str =
+    "name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, created_at, updated_at";
+
+/// `$first, $first+1, …` for `n` values: an `IN (…)` list.
+fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A `WHERE` clause built from optional filters, numbering placeholders as it goes.
+#[derive(Default)]
+struct Filter {
+    clauses: Vec<String>,
+    args: Vec<Arg>,
+}
+
+impl Filter {
+    fn push(&mut self, clause: &str, value: impl Into<Arg>) {
+        self.args.push(value.into());
+        self.clauses
+            .push(clause.replace("$?", &format!("${}", self.args.len())));
+    }
+
+    fn sql(&self) -> String {
+        if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", self.clauses.join(" AND "))
+        }
+    }
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    fn hub(&self) -> &Arc<ChangeHub> {
+        &self.hub
+    }
+
+    async fn health(&self) -> Result<()> {
+        let mut r = self.read().await?;
+        let _: (i64,) = r.conn().one("SELECT 1", args![]).await?;
+        Ok(())
+    }
+
+    async fn put_dataset(
+        &self,
+        name: &DatasetName,
+        p: &DatasetPolicy,
+    ) -> Result<(DatasetRecord, bool)> {
+        let now = self.now();
+        let mut tx = self.begin_write(&[name.as_str()]).await?;
+        let mut c = tx.conn();
+        let existed: Option<(String,)> = c
+            .opt(
+                "SELECT name FROM datasets WHERE name = $1",
+                args![name.as_str()],
+            )
+            .await?;
+        let sql = format!(
+            "INSERT INTO datasets (name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
+             ON CONFLICT (name) DO UPDATE SET tier = excluded.tier, write_mode = excluded.write_mode, unique_key = excluded.unique_key, \
+               timezone = excluded.timezone, max_volume_change = excluded.max_volume_change, baseline_periods = excluded.baseline_periods, \
+               allow_empty = excluded.allow_empty, owner = excluded.owner, updated_at = excluded.updated_at \
+             RETURNING {DATASET_COLUMNS}"
+        );
+        let row: DatasetRow = c
+            .one(
+                &sql,
+                args![
+                    name.as_str(),
+                    p.tier.as_str(),
+                    p.write_mode.as_str(),
+                    serde_json::json!(p.unique_key),
+                    p.timezone.clone(),
+                    p.max_volume_change,
+                    i64::from(p.baseline_periods),
+                    p.allow_empty,
+                    p.owner.clone(),
+                    now
+                ],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok((row.into(), existed.is_none()))
+    }
+
+    async fn get_dataset(&self, name: &str) -> Result<Option<DatasetRecord>> {
+        let mut r = self.read().await?;
+        let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets WHERE name = $1");
+        Ok(r.conn()
+            .opt::<DatasetRow>(&sql, args![name])
+            .await?
+            .map(Into::into))
+    }
+
+    async fn list_datasets(&self) -> Result<Vec<DatasetRecord>> {
+        let mut r = self.read().await?;
+        let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets ORDER BY name");
+        Ok(r.conn()
+            .all::<DatasetRow>(&sql, args![])
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect())
+    }
+
+    async fn start_batch(&self, req: StartBatch) -> Result<Started> {
+        self.do_start(req).await
+    }
+
+    async fn heartbeat(&self, batch_id: &str) -> Result<Lease> {
+        self.do_heartbeat(batch_id).await
+    }
+
+    async fn commit_batch(
+        &self,
+        batch_id: &str,
+        evidence: CommitEvidence,
+        fingerprint: String,
+    ) -> Result<Decision> {
+        self.do_commit(batch_id, evidence, fingerprint).await
+    }
+
+    async fn fail_batch(
+        &self,
+        batch_id: &str,
+        report: FailReport,
+        fingerprint: String,
+    ) -> Result<Decision> {
+        self.do_fail(batch_id, report, fingerprint).await
+    }
+
+    async fn get_batch(&self, batch_id: &str) -> Result<Option<BatchRecord>> {
+        let mut r = self.read().await?;
+        load_record(&mut r.conn(), batch_id).await
+    }
+
+    async fn list_batches(&self, q: &BatchQuery) -> Result<Page<BatchRecord>> {
+        let mut f = Filter::default();
+        if let Some(v) = &q.task {
+            f.push("task = $?", v);
+        }
+        if let Some(v) = &q.dataset {
+            f.push("dataset = $?", v);
+        }
+        if let Some(v) = q.dt {
+            f.push("dt = $?", v);
+        }
+        if let Some(v) = q.state {
+            f.push("state = $?", v.as_str());
+        }
+        if let Some(v) = q.since {
+            f.push("started_at >= $?", v);
+        }
+        if let Some(v) = q.until {
+            f.push("started_at < $?", v);
+        }
+        if let Some(v) = q.after_id {
+            f.push("id < $?", v);
+        }
+        let sql = format!(
+            "SELECT {BATCH_COLUMNS} FROM batches {} ORDER BY id DESC LIMIT {}",
+            f.sql(),
+            q.limit + 1
+        );
+        let mut r = self.read().await?;
+        let mut c = r.conn();
+        let mut rows: Vec<BatchRow> = c.all(&sql, f.args).await?;
+        let more = rows.len() as i64 > q.limit;
+        rows.truncate(q.limit as usize);
+        let next = rows
+            .last()
+            .filter(|_| more)
+            .map(|b| serde_json::json!([b.id]));
+        let ids: Vec<Arg> = rows.iter().map(|b| Arg::from(&b.batch_id)).collect();
+        let logs: Vec<LogRow> = if ids.is_empty() {
+            Vec::new()
+        } else {
+            let sql = format!(
+                "SELECT {LOG_COLUMNS} FROM task_produce_log WHERE batch_id IN ({}) ORDER BY batch_id, target_partition",
+                placeholders(1, ids.len())
+            );
+            c.all(&sql, ids).await?
+        };
+        let items = rows
+            .into_iter()
+            .map(|b| {
+                let mine = logs
+                    .iter()
+                    .filter(|l| l.batch_id == b.batch_id)
+                    .cloned()
+                    .collect();
+                BatchRecord::assemble(b, mine, None)
+            })
+            .collect();
+        Ok(Page { items, next })
+    }
+
+    async fn list_partitions(&self, q: &PartitionQuery) -> Result<Page<PartitionRecord>> {
+        let mut f = Filter::default();
+        f.push("dataset = $?", &q.dataset);
+        if let Some(v) = q.from {
+            f.push("dt >= $?", v);
+        }
+        if let Some(v) = q.to {
+            f.push("dt <= $?", v);
+        }
+        if let Some((dt, p)) = &q.after {
+            // Newest date first, partitions of a date in name order.
+            f.args.push(Arg::from(*dt));
+            f.args.push(Arg::from(p));
+            let (a, b) = (f.args.len() - 1, f.args.len());
+            f.clauses.push(format!(
+                "(dt < ${a} OR (dt = ${a} AND partition_spec > ${b}))"
+            ));
+        }
+        let sql = format!(
+            "SELECT {PARTITION_COLUMNS} FROM partitions {} ORDER BY dt DESC, partition_spec ASC LIMIT {}",
+            f.sql(),
+            q.limit + 1
+        );
+        let mut r = self.read().await?;
+        let mut items: Vec<PartitionRecord> = r.conn().all(&sql, f.args).await?;
+        let more = items.len() as i64 > q.limit;
+        items.truncate(q.limit as usize);
+        let next = items
+            .last()
+            .filter(|_| more)
+            .map(|p| serde_json::json!([p.dt, p.partition]));
+        Ok(Page { items, next })
+    }
+
+    async fn partition_status(
+        &self,
+        dataset: &str,
+        partitions: &[String],
+    ) -> Result<Vec<Option<PartitionRecord>>> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {PARTITION_COLUMNS} FROM partitions WHERE dataset = $1 AND partition_spec IN ({})",
+            placeholders(2, partitions.len())
+        );
+        let mut a = args![dataset];
+        a.extend(partitions.iter().map(Arg::from));
+        let mut r = self.read().await?;
+        let found: Vec<PartitionRecord> = r.conn().all(&sql, a).await?;
+        Ok(partitions
+            .iter()
+            .map(|p| found.iter().find(|f| &f.partition == p).cloned())
+            .collect())
+    }
+
+    async fn latest_task_batch(&self, task: &str, dt: NaiveDate) -> Result<Option<TaskLatest>> {
+        let mut r = self.read().await?;
+        let mut c = r.conn();
+        let latest: Option<(String, String)> = c
+            .opt("SELECT batch_id, dataset FROM batches WHERE task = $1 AND dt = $2 ORDER BY seq DESC LIMIT 1", args![task, dt])
+            .await?;
+        let Some((batch_id, dataset)) = latest else {
+            return Ok(None);
+        };
+        let parts: Vec<(String,)> = c
+            .all("SELECT target_partition FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition", args![&batch_id])
+            .await?;
+        Ok(Some(TaskLatest {
+            batch_id,
+            dataset,
+            partitions: parts.into_iter().map(|(p,)| p).collect(),
+        }))
+    }
+}

@@ -1,0 +1,301 @@
+//! Rows as stored, and the records the API returns.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::types::Json;
+
+use crate::domain::batch::BatchState;
+use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
+
+/// Parses an enum column; the database only ever holds values this build wrote.
+pub(super) fn parse_col<T: std::str::FromStr<Err = String>>(s: &str) -> T {
+    s.parse()
+        .unwrap_or_else(|e| panic!("registry holds an unknown value: {e}"))
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(super) struct BatchRow {
+    pub id: i64,
+    pub batch_id: String,
+    pub task: String,
+    pub dataset: String,
+    pub dt: NaiveDate,
+    pub seq: i64,
+    pub state: String,
+    pub trigger_kind: String,
+    pub run_ref: Option<String>,
+    pub scope: Option<Json<Value>>,
+    pub idempotency_key: Option<String>,
+    pub request_fingerprint: String,
+    pub lease_seconds: i64,
+    pub lease_expires_at: DateTime<Utc>,
+    pub started_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub marker: Option<String>,
+    pub source: Option<Json<Value>>,
+    pub checks: Option<Json<Value>>,
+    pub fail_stage: Option<String>,
+    pub fail_category: Option<String>,
+    pub fail_message: Option<String>,
+    pub superseded_by: Option<String>,
+    pub decision_kind: Option<String>,
+    pub decision_fingerprint: Option<String>,
+    pub decision_status: Option<i64>,
+    pub decision_body: Option<Json<Value>>,
+}
+
+impl BatchRow {
+    pub fn state(&self) -> BatchState {
+        parse_col(&self.state)
+    }
+}
+
+/// A `task_produce_log` row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(super) struct LogRow {
+    pub batch_id: String,
+    pub target_partition: String,
+    pub status: String,
+    pub rows_written: Option<i64>,
+    pub row_count: Option<i64>,
+    pub distinct_keys: Option<i64>,
+    pub null_keys: Option<i64>,
+    pub metrics: Option<Json<Value>>,
+    pub version: Option<i64>,
+    pub finish_time: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(super) struct EventRow {
+    pub kind: String,
+    pub at: DateTime<Utc>,
+    pub detail: Option<Json<Value>>,
+}
+
+/// One partition of a batch, with what the batch reported for it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchPartition {
+    pub partition: String,
+    pub status: String,
+    pub rows_written: Option<i64>,
+    pub row_count: Option<i64>,
+    pub distinct_keys: Option<i64>,
+    pub null_keys: Option<i64>,
+    pub metrics: Option<Value>,
+    pub version: Option<i64>,
+    pub finish_time: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Failure {
+    pub stage: String,
+    pub category: Option<String>,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    pub kind: String,
+    pub at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+}
+
+/// A batch as `GET /v1/batches/{batch_id}` returns it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchRecord {
+    pub batch_id: String,
+    pub task: String,
+    pub dataset: String,
+    pub dt: NaiveDate,
+    pub seq: i64,
+    pub state: BatchState,
+    pub trigger: String,
+    pub run_ref: Option<String>,
+    pub scope: Option<Value>,
+    pub idempotency_key: Option<String>,
+    pub lease_seconds: i64,
+    pub lease_expires_at: DateTime<Utc>,
+    pub started_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub partitions: Vec<BatchPartition>,
+    pub marker: Option<String>,
+    pub source: Option<Value>,
+    pub checks: Value,
+    pub failure: Option<Failure>,
+    pub superseded_by: Option<String>,
+    /// Left out of listings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<Event>>,
+}
+
+impl BatchRecord {
+    pub(super) fn assemble(b: BatchRow, logs: Vec<LogRow>, events: Option<Vec<EventRow>>) -> Self {
+        let state = b.state();
+        let failure = b.fail_stage.clone().map(|stage| Failure {
+            stage,
+            category: b.fail_category.clone(),
+            message: b.fail_message.clone(),
+        });
+        Self {
+            batch_id: b.batch_id,
+            task: b.task,
+            dataset: b.dataset,
+            dt: b.dt,
+            seq: b.seq,
+            state,
+            trigger: b.trigger_kind,
+            run_ref: b.run_ref,
+            scope: b.scope.map(|j| j.0),
+            idempotency_key: b.idempotency_key,
+            lease_seconds: b.lease_seconds,
+            lease_expires_at: b.lease_expires_at,
+            started_at: b.started_at,
+            decided_at: b.decided_at,
+            partitions: logs
+                .into_iter()
+                .map(|l| BatchPartition {
+                    partition: l.target_partition,
+                    status: l.status,
+                    rows_written: l.rows_written,
+                    row_count: l.row_count,
+                    distinct_keys: l.distinct_keys,
+                    null_keys: l.null_keys,
+                    metrics: l.metrics.map(|j| j.0),
+                    version: l.version,
+                    finish_time: l.finish_time,
+                })
+                .collect(),
+            marker: b.marker,
+            source: b.source.map(|j| j.0),
+            checks: b
+                .checks
+                .map(|j| j.0)
+                .unwrap_or_else(|| Value::Array(vec![])),
+            failure,
+            superseded_by: b.superseded_by,
+            events: events.map(|es| {
+                es.into_iter()
+                    .map(|e| Event {
+                        kind: e.kind,
+                        at: e.at,
+                        detail: e.detail.map(|j| j.0),
+                    })
+                    .collect()
+            }),
+        }
+    }
+}
+
+/// A partition's current standing.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct PartitionRecord {
+    pub dataset: String,
+    #[serde(rename = "partition")]
+    #[sqlx(rename = "partition_spec")]
+    pub partition: String,
+    pub dt: NaiveDate,
+    pub state: String,
+    /// The batch that decides the state: the latest that may have touched the table.
+    pub batch_id: Option<String>,
+    /// Published versions so far; 0 before the first publish.
+    pub version: i64,
+    pub published_batch_id: Option<String>,
+    #[serde(rename = "row_count")]
+    #[sqlx(rename = "published_row_count")]
+    pub row_count: Option<i64>,
+    pub published_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl PartitionRecord {
+    #[cfg(test)]
+    pub fn placeholder(dataset: &str, partition: &str) -> Self {
+        Self {
+            dataset: dataset.into(),
+            partition: partition.into(),
+            dt: NaiveDate::from_ymd_opt(2026, 8, 24).expect("date"),
+            state: "ready".into(),
+            batch_id: None,
+            version: 0,
+            published_batch_id: None,
+            row_count: None,
+            published_at: None,
+            updated_at: DateTime::<Utc>::UNIX_EPOCH,
+        }
+    }
+}
+
+/// An earlier batch that did not publish and may have left rows behind.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Residue {
+    pub batch_id: String,
+    pub state: String,
+    pub partitions: Vec<String>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(super) struct DatasetRow {
+    pub name: String,
+    pub tier: String,
+    pub write_mode: String,
+    pub unique_key: Json<Vec<String>>,
+    pub timezone: String,
+    pub max_volume_change: f64,
+    pub baseline_periods: i64,
+    pub allow_empty: bool,
+    pub owner: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl DatasetRow {
+    pub fn policy(&self) -> DatasetPolicy {
+        DatasetPolicy {
+            tier: parse_col::<Tier>(&self.tier),
+            write_mode: parse_col::<WriteMode>(&self.write_mode),
+            unique_key: self.unique_key.0.clone(),
+            timezone: self.timezone.clone(),
+            max_volume_change: self.max_volume_change,
+            baseline_periods: u32::try_from(self.baseline_periods).unwrap_or(7),
+            allow_empty: self.allow_empty,
+            owner: self.owner.clone(),
+        }
+    }
+}
+
+/// A dataset and its policy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DatasetRecord {
+    pub dataset: String,
+    pub tier: Tier,
+    pub write_mode: WriteMode,
+    pub unique_key: Vec<String>,
+    pub timezone: String,
+    pub max_volume_change: f64,
+    pub baseline_periods: u32,
+    pub allow_empty: bool,
+    pub owner: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<DatasetRow> for DatasetRecord {
+    fn from(r: DatasetRow) -> Self {
+        let p = r.policy();
+        Self {
+            dataset: r.name,
+            tier: p.tier,
+            write_mode: p.write_mode,
+            unique_key: p.unique_key,
+            timezone: p.timezone,
+            max_volume_change: p.max_volume_change,
+            baseline_periods: p.baseline_periods,
+            allow_empty: p.allow_empty,
+            owner: p.owner,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
