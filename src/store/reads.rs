@@ -67,7 +67,7 @@ impl Store for SqlStore {
 
     async fn health(&self) -> Result<()> {
         let mut r = self.read().await?;
-        let _: (i64,) = r.conn().one("SELECT 1", args![]).await?;
+        let _: (i64,) = r.conn().one("SELECT CAST(1 AS BIGINT)", args![]).await?;
         Ok(())
     }
 

@@ -1,0 +1,366 @@
+//! `TestApp`: the real service on port 0, on a fresh database per test.
+//!
+//! SQLite tests use a file in a temporary folder. PostgreSQL tests create a
+//! database `bg_test_<uuid>` on `BATCHGATE_TEST_PG_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`) and drop it afterwards. If
+//! that server is unreachable the PostgreSQL tests say so loudly and skip,
+//! unless `CI` or `BATCHGATE_REQUIRE_POSTGRES` is set: then they fail.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use batchgate::clock::{Clock, ManualClock};
+use batchgate::config::Settings;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sqlx::Connection;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub fn admin_url() -> String {
+    std::env::var("BATCHGATE_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn postgres_required() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false")
+        || std::env::var_os("BATCHGATE_REQUIRE_POSTGRES").is_some()
+}
+
+/// A database of its own for one test.
+pub struct TestDb {
+    pub url: String,
+    pg_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    /// `None` when PostgreSQL is wanted but unreachable (and not required).
+    pub async fn create(backend: Backend) -> Option<Self> {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}", dir.path().join("registry.db").display());
+                Some(Self {
+                    url,
+                    pg_name: None,
+                    _dir: Some(dir),
+                })
+            }
+            Backend::Postgres => {
+                let admin = admin_url();
+                let mut conn = match sqlx::PgConnection::connect(&admin).await {
+                    Ok(c) => c,
+                    Err(e) if !postgres_required() => {
+                        eprintln!(
+                            "\n**** SKIPPED: PostgreSQL test, no server at {admin}: {e}\n**** set BATCHGATE_TEST_PG_URL, or CI=true to make this a failure\n"
+                        );
+                        return None;
+                    }
+                    Err(e) => panic!("PostgreSQL is required (CI/BATCHGATE_REQUIRE_POSTGRES) but {admin} is unreachable: {e}"),
+                };
+                let name = format!("bg_test_{}", uuid::Uuid::new_v4().simple());
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create test database");
+                let base = admin
+                    .rsplit_once('/')
+                    .map(|(b, _)| b.to_owned())
+                    .unwrap_or(admin.clone());
+                Some(Self {
+                    url: format!("{base}/{name}"),
+                    pg_name: Some(name),
+                    _dir: None,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some(name) = self.pg_name.take() else {
+            return;
+        };
+        // Drop is synchronous; run the DROP on a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                if let Ok(mut c) = sqlx::PgConnection::connect(&admin_url()).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut c)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// One running instance of the service.
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub clock: Arc<ManualClock>,
+    pub backend: Backend,
+    pub db: Arc<TestDb>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> Option<Self> {
+        let db = Arc::new(TestDb::create(backend).await?);
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        Some(Self::spawn_on(backend, db, clock).await)
+    }
+
+    /// Another instance on the same database (replicas behind a load balancer).
+    pub async fn replica(&self) -> Self {
+        Self::spawn_on(self.backend, self.db.clone(), self.clock.clone()).await
+    }
+
+    async fn spawn_on(backend: Backend, db: Arc<TestDb>, clock: Arc<ManualClock>) -> Self {
+        let settings = Settings {
+            database_url: db.url.clone(),
+            max_connections: 8,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>)
+            .await
+            .expect("build app");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            axum::serve(listener, app.router)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await
+                .expect("serve");
+        });
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client");
+        Self {
+            base: format!("http://{addr}"),
+            client,
+            clock,
+            backend,
+            db,
+            shutdown: Some(tx),
+        }
+    }
+
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        let value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("non-JSON body for {path}: {text:?}"));
+        (status, value)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.request(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        self.request(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Posts raw bytes (for malformed bodies).
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> (StatusCode, Value) {
+        let resp = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = resp.status();
+        (status, resp.json().await.expect("JSON body"))
+    }
+
+    pub async fn start(
+        &self,
+        task: &str,
+        dataset: &str,
+        dt: &str,
+        partitions: &[&str],
+    ) -> (StatusCode, Value) {
+        self.post(
+            "/v1/batches",
+            &json!({"task": task, "dataset": dataset, "dt": dt, "partitions": partitions}),
+        )
+        .await
+    }
+
+    /// Starts and expects 201; returns the batch id.
+    pub async fn start_ok(
+        &self,
+        task: &str,
+        dataset: &str,
+        dt: &str,
+        partitions: &[&str],
+    ) -> String {
+        let (status, body) = self.start(task, dataset, dt, partitions).await;
+        assert_eq!(status, StatusCode::CREATED, "start failed: {body}");
+        body["batch_id"].as_str().expect("batch_id").to_owned()
+    }
+
+    pub async fn commit(&self, batch_id: &str, body: &Value) -> (StatusCode, Value) {
+        self.post(&format!("/v1/batches/{batch_id}/commit"), body)
+            .await
+    }
+
+    pub async fn ready(&self, dataset: &str, partitions: &[&str]) -> (StatusCode, Value) {
+        let mut q = format!("dataset={}", enc(dataset));
+        for p in partitions {
+            q.push_str(&format!("&partition={}", enc(p)));
+        }
+        self.get(&format!("/ready?{q}")).await
+    }
+
+    /// The raw bytes of a `/ready` answer, for substring matching.
+    pub async fn ready_text(&self, query: &str) -> (StatusCode, String) {
+        let resp = self
+            .client
+            .get(format!("{}/ready?{query}", self.base))
+            .send()
+            .await
+            .expect("request");
+        (resp.status(), resp.text().await.expect("body"))
+    }
+
+    pub async fn put_dataset(&self, dataset: &str, policy: &Value) -> Value {
+        let (status, body) = self
+            .request(
+                reqwest::Method::PUT,
+                &format!("/v1/datasets/{dataset}"),
+                Some(policy),
+            )
+            .await;
+        assert!(status.is_success(), "PUT dataset failed: {status} {body}");
+        body
+    }
+
+    /// Starts a batch and commits clean evidence; returns the commit body.
+    pub async fn publish(
+        &self,
+        task: &str,
+        dataset: &str,
+        dt: &str,
+        partition: &str,
+        rows: u64,
+    ) -> Value {
+        let id = self.start_ok(task, dataset, dt, &[partition]).await;
+        let (status, body) = self.commit(&id, &clean(partition, rows)).await;
+        assert_eq!(status, StatusCode::OK, "commit failed: {body}");
+        body
+    }
+
+    pub async fn sql(&self, statement: &str) {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.db.url)
+                    .await
+                    .expect("sqlite");
+                sqlx::raw_sql(statement).execute(&mut c).await.expect("sql");
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.db.url)
+                    .await
+                    .expect("postgres");
+                sqlx::raw_sql(statement).execute(&mut c).await.expect("sql");
+            }
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// Commit evidence that passes every check.
+pub fn clean(partition: &str, rows: u64) -> Value {
+    json!({
+        "marker": format!("hdfs://warehouse/{partition}/_SUCCESS"),
+        "partitions": [{"partition": partition, "rows_written": rows, "row_count": rows, "distinct_keys": rows, "null_keys": 0}],
+    })
+}
+
+/// The named check in a batch record.
+pub fn check<'a>(record: &'a Value, name: &str) -> &'a Value {
+    record["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no check {name} in {record}"))
+}
+
+/// Runs each named scenario `async fn name(app: TestApp)` once on SQLite and
+/// once on PostgreSQL.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(app) = $crate::helpers::TestApp::spawn($crate::helpers::Backend::Sqlite).await {
+                        super::$name(app).await
+                    }
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(app) = $crate::helpers::TestApp::spawn($crate::helpers::Backend::Postgres).await {
+                        super::$name(app).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
+impl TestApp {
+    /// The service's current time, RFC 3339.
+    pub fn clock_now(&self) -> String {
+        self.clock.now().to_rfc3339()
+    }
+}

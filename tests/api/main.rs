@@ -1,0 +1,14 @@
+//! The API, driven over HTTP against the real service, on SQLite and on
+//! PostgreSQL. One binary, one module per capability.
+
+mod helpers;
+
+mod bad_input;
+mod checks;
+mod concurrency;
+mod crash;
+mod faults;
+mod lifecycle;
+mod listing;
+mod long_poll;
+mod openapi;

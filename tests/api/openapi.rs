@@ -1,0 +1,97 @@
+//! The spec in `openapi/` is the API: every route the router serves is in
+//! the spec, and every operation in the spec is served.
+
+use std::collections::BTreeSet;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::helpers::{Backend, TestApp};
+
+/// `(METHOD, /path/{param})` pairs declared by `.route(…)` calls in `src/http`.
+fn routes_in_source() -> BTreeSet<(String, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/http");
+    let mut out = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for chunk in text.split(".route(\"").skip(1) {
+            let (path, rest) = chunk.split_once('"').unwrap();
+            // The method router runs to the parenthesis that closes `.route(`.
+            let mut depth = 1;
+            let end = rest
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '(' => 1,
+                        ')' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map_or(rest.len(), |(i, _)| i);
+            let chain = &rest[..end];
+            for method in ["get", "post", "put", "delete", "patch"] {
+                let called = chain.match_indices(&format!("{method}(")).any(|(i, _)| {
+                    i == 0 || !chain[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                });
+                if called {
+                    out.insert((method.to_uppercase(), path.to_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn operations_in_spec(spec: &Value) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for (path, item) in spec["paths"].as_object().expect("paths") {
+        for method in ["get", "post", "put", "delete", "patch"] {
+            if item.get(method).is_some() {
+                out.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_served_spec_lists_exactly_the_routes() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else {
+        return;
+    };
+    let (status, spec) = app.get("/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
+    let in_spec = operations_in_spec(&spec);
+    let in_source = routes_in_source();
+    assert!(
+        in_source.len() >= 10,
+        "route scan found too little: {in_source:?}"
+    );
+    assert_eq!(
+        in_spec, in_source,
+        "openapi/openapi.json and src/http disagree"
+    );
+
+    // And each one is really served: no route_not_found / method_not_allowed.
+    for (method, path) in &in_spec {
+        let concrete = path
+            .replace("{batch_id}", "t-20260824-001")
+            .replace("{dataset}", "d.x");
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let resp = app
+            .client
+            .request(method.clone(), format!("{}{concrete}", app.base))
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert!(
+            status != StatusCode::METHOD_NOT_ALLOWED && body["error"]["code"] != "route_not_found",
+            "{method} {concrete} is in the spec but not served: {status} {body}"
+        );
+    }
+}
