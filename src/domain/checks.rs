@@ -320,7 +320,7 @@ pub fn evaluate(
                 Value::Null,
                 Outcome::Skipped("no published history on earlier dates".into()),
             ),
-            Some(base) if base == 0.0 => b.push(
+            Some(0.0) => b.push(
                 "volume_vs_baseline",
                 spec,
                 json!(p.row_count),

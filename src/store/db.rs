@@ -188,8 +188,8 @@ pub enum Tx {
 impl Tx {
     pub fn conn(&mut self) -> Conn<'_> {
         match self {
-            Tx::Sqlite(t) => Conn::Sqlite(&mut **t),
-            Tx::Postgres(t) => Conn::Postgres(&mut **t),
+            Tx::Sqlite(t) => Conn::Sqlite(t),
+            Tx::Postgres(t) => Conn::Postgres(t),
         }
     }
 
@@ -210,8 +210,8 @@ pub enum Pooled {
 impl Pooled {
     pub fn conn(&mut self) -> Conn<'_> {
         match self {
-            Pooled::Sqlite(c) => Conn::Sqlite(&mut **c),
-            Pooled::Postgres(c) => Conn::Postgres(&mut **c),
+            Pooled::Sqlite(c) => Conn::Sqlite(c),
+            Pooled::Postgres(c) => Conn::Postgres(c),
         }
     }
 }
