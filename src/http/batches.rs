@@ -64,7 +64,9 @@ fn check_scope(scope: &Value) -> Result<()> {
     }
     for key in ["business_start", "business_end"] {
         if let Some(v) = obj.get(key) {
-            if v.as_str().is_none_or(|s| DateTime::parse_from_rfc3339(s).is_err()) {
+            if v.as_str()
+                .is_none_or(|s| DateTime::parse_from_rfc3339(s).is_err())
+            {
                 return Err(Error::invalid(
                     format!("scope.{key}"),
                     format!("scope.{key} {v} is not an RFC 3339 time"),

@@ -41,13 +41,39 @@ enum Target {
     },
 }
 
-fn parse(raw: Option<&str>) -> Result<(Target, Option<Duration>)> {
+/// When a long-poll may answer before its deadline.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    Ready,
+    /// Also answer (404 `rejected`) as soon as a blocking partition's latest
+    /// batch is rejected: a sensor can fail fast instead of waiting out its
+    /// timeout.
+    ReadyOrRejected,
+}
+
+struct ReadyQuery {
+    target: Target,
+    wait: Option<Duration>,
+    until: Until,
+}
+
+fn parse(raw: Option<&str>) -> Result<ReadyQuery> {
     let mut p = Params::parse(raw);
     let dataset = p.one("dataset")?;
     let partitions = p.all("partition");
     let task = p.one("task")?;
     let dt = p.date("dt")?;
     let wait = p.one("wait")?;
+    let until = match p.one("until")?.as_deref() {
+        None | Some("ready") => Until::Ready,
+        Some("ready_or_rejected") => Until::ReadyOrRejected,
+        Some(other) => {
+            return Err(Error::invalid(
+                "until",
+                format!("until must be ready or ready_or_rejected, got {other:?}"),
+            ))
+        }
+    };
     p.finish()?;
     let target = match (dataset, task) {
         (Some(_), Some(_)) => {
@@ -109,7 +135,11 @@ fn parse(raw: Option<&str>) -> Result<(Target, Option<Duration>)> {
             )),
         })
         .transpose()?;
-    Ok((target, wait))
+    Ok(ReadyQuery {
+        target,
+        wait,
+        until,
+    })
 }
 
 /// The standing of each partition, from the cache where it can.
@@ -265,13 +295,13 @@ fn relevant(target: &Target, signal: &Signal) -> bool {
 }
 
 async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response {
-    let (target, wait) = match parse(raw.as_deref()) {
+    let q = match parse(raw.as_deref()) {
         Ok(q) => q,
         Err(e) => return e.into_response(),
     };
-    let answer = match wait {
-        None => evaluate_or_unavailable(&app, &target).await,
-        Some(wait) => long_poll(&app, &target, Instant::now() + wait).await,
+    let answer = match q.wait {
+        None => evaluate_or_unavailable(&app, &q.target).await,
+        Some(wait) => long_poll(&app, &q.target, q.until, Instant::now() + wait).await,
     };
     let status = if answer.ready {
         StatusCode::OK
@@ -283,13 +313,14 @@ async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response
 
 /// Answers as soon as the target is ready, else at the deadline. Between
 /// evaluations it sleeps on the change hub: no polling of the database.
-async fn long_poll(app: &AppState, target: &Target, deadline: Instant) -> Answer {
+async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Instant) -> Answer {
     // Subscribe before the first look, so a change between the look and the
     // wait still wakes us.
     let mut rx = app.hub.subscribe();
     loop {
         let answer = evaluate_or_unavailable(app, target).await;
-        if answer.ready {
+        if answer.ready || (until == Until::ReadyOrRejected && answer.body["reason"] == "rejected")
+        {
             return answer;
         }
         loop {

@@ -11,7 +11,8 @@ use crate::on_both_backends;
 on_both_backends!(
     a_long_poll_answers_soon_after_the_publish,
     a_long_poll_times_out_with_not_ready,
-    a_long_poll_over_several_partitions_waits_for_all
+    a_long_poll_over_several_partitions_waits_for_all,
+    a_long_poll_until_ready_or_rejected_returns_on_a_rejection,
 );
 
 /// Starts a waiter on `waiter`, publishes through `writer`, and returns how
@@ -119,5 +120,35 @@ async fn a_long_poll_on_one_instance_hears_a_publish_through_another() {
         status,
         StatusCode::OK,
         "the other instance's cache was invalidated"
+    );
+}
+
+async fn a_long_poll_until_ready_or_rejected_returns_on_a_rejection(app: TestApp) {
+    let id = app
+        .start_ok("t", "d.rej", "2026-08-24", &["dt=2026-08-24"])
+        .await;
+    let url = format!(
+        "{}/ready?dataset=d.rej&partition=dt%3D2026-08-24&wait=20&until=ready_or_rejected",
+        app.base
+    );
+    let client = app.client.clone();
+    let poll = tokio::spawn(async move {
+        let r = client.get(url).send().await.unwrap();
+        (r.status(), r.json::<serde_json::Value>().await.unwrap())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!poll.is_finished());
+    let bad = serde_json::json!({"marker": "m", "partitions": [{"partition": "dt=2026-08-24", "rows_written": 1, "row_count": 2}]});
+    assert_eq!(
+        app.commit(&id, &bad).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll)
+        .await
+        .expect("answered early")
+        .unwrap();
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (StatusCode::NOT_FOUND, Some("rejected"))
     );
 }
