@@ -52,8 +52,10 @@ const SEEDED_AT: &str = "2026-08-24T00:00:00Z";
 /// How many distinct partitions the load cycles over.
 const POLLED_KEYS: u32 = 1_000;
 const CONNECTIONS: usize = 32;
-const WARMUP: Duration = Duration::from_secs(2);
-const MEASURE: Duration = Duration::from_secs(8);
+/// Each server is loaded in `ROUNDS` windows, taking turns with the others.
+const ROUNDS: usize = 4;
+const WARMUP: Duration = Duration::from_millis(500);
+const WINDOW: Duration = Duration::from_secs(2);
 const TARGET_PERCENT: f64 = 50.0;
 
 const STALE_ROUNDS: usize = 50;
@@ -70,111 +72,81 @@ const MAX_CONNECTIONS: u32 = 10;
 #[tokio::main]
 async fn main() -> Result<()> {
     println!(
-        "/ready bench: {} cores, {CONNECTIONS} keep-alive connections, {} s warm-up + {} s measured, {POLLED_KEYS} partitions cycled",
+        "/ready bench: {} cores; each server loaded from {CONNECTIONS} keep-alive connections cycling over {POLLED_KEYS} partitions, \
+         in {ROUNDS} turns of {:.1} s warm-up + {:.1} s measured",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        WARMUP.as_secs(),
-        MEASURE.as_secs(),
+        WARMUP.as_secs_f64(),
+        WINDOW.as_secs_f64(),
     );
-    let bare = bare_scenario().await?;
-    let sqlite = sqlite_scenario().await?;
-    let postgres = postgres_scenario().await?;
-    report(&bare, &[Some(sqlite), postgres]);
+    let pg = PgDatabase::create().await?;
+    let pg_skipped = pg.is_none();
+    let outcome = bench(pg.as_ref().map(|db| db.url.as_str())).await;
+    if let Some(pg) = pg {
+        pg.remove().await?;
+    }
+    report(&outcome?, pg_skipped);
     Ok(())
 }
 
-/// What one server did under load.
-struct Load {
-    /// Every request sent, warm-up included.
-    sent: usize,
-    /// Answers other than 200, warm-up included.
-    non_ok: usize,
-    rps: f64,
-    p50: Duration,
-    p99: Duration,
-}
-
-/// How quickly the changes made through one instance showed on another.
-#[derive(Default)]
-struct Propagation {
-    changes: usize,
-    /// Changes whose first `/ready` answer afterwards still showed the old standing.
-    stale_first: usize,
-    /// Changes that had not shown by [`PROPAGATION_LIMIT`].
-    never: usize,
-    max_delay: Duration,
-}
-
-struct Batchgate {
+/// A server under test.
+struct Subject {
     name: &'static str,
-    load: Load,
-    /// After a start, `/ready` must say `running`.
-    starts: Propagation,
-    /// After a commit, `/ready` must show the new version.
-    commits: Propagation,
+    addr: SocketAddr,
+    /// For batchgate: how its answers followed changes.
+    changes: Option<Changes>,
 }
 
-async fn bare_scenario() -> Result<Load> {
-    let router = Router::new().route("/ready", get(|| async { Json(json!({"ready": true})) }));
-    let server = Server::start(router).await?;
-    load(server.addr).await
-}
-
-async fn sqlite_scenario() -> Result<Batchgate> {
+/// Sets up every server, checks staleness, then measures them all.
+async fn bench(pg_url: Option<&str>) -> Result<Vec<(Subject, Load)>> {
+    let bare = Server::start(
+        Router::new().route("/ready", get(|| async { Json(json!({"ready": true})) })),
+    )
+    .await?;
     let dir = tempfile::tempdir()?;
-    let db = dir.path().join("registry.db");
+    let sqlite = sqlite_instance(&dir.path().join("registry.db")).await?;
+    let mut subjects = vec![
+        Subject {
+            name: "bare axum handler",
+            addr: bare.addr,
+            changes: None,
+        },
+        Subject {
+            name: "batchgate sqlite, 1 instance",
+            addr: sqlite.addr,
+            changes: Some(staleness(&sqlite.base, &sqlite.base).await?),
+        },
+    ];
+    // Every server serves until the measurement ends.
+    let mut servers = vec![bare, sqlite];
+    if let Some(url) = pg_url {
+        let (a, b) = postgres_instances(url).await?;
+        subjects.push(Subject {
+            name: "batchgate postgres, 2 instances",
+            addr: a.addr,
+            changes: Some(staleness(&a.base, &b.base).await?),
+        });
+        servers.extend([a, b]);
+    }
+    let addrs: Vec<SocketAddr> = subjects.iter().map(|s| s.addr).collect();
+    let loads = measure(&addrs).await?;
+    drop(servers);
+    Ok(subjects.into_iter().zip(loads).collect())
+}
+
+/// batchgate on a SQLite file at `db`, seeded.
+async fn sqlite_instance(db: &Path) -> Result<Server> {
     let app = batchgate_app(&format!("sqlite://{}", db.display())).await?;
     let began = Instant::now();
-    let rows = seed_sqlite(&db).await?;
+    let rows = seed_sqlite(db).await?;
     println!(
         "sqlite: seeded {rows} task_produce_log rows in {:.1} s",
         began.elapsed().as_secs_f64()
     );
-    let server = Server::start(app.router).await?;
-    let load = load(server.addr).await?;
-    let (starts, commits) = staleness(&server.base, &server.base).await?;
-    Ok(Batchgate {
-        name: "batchgate sqlite, 1 instance",
-        load,
-        starts,
-        commits,
-    })
+    Server::start(app.router).await
 }
 
-/// `None` when PostgreSQL cannot be reached.
-async fn postgres_scenario() -> Result<Option<Batchgate>> {
-    let admin_url = format!("{PG_SERVER}/postgres");
-    let mut admin =
-        match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&admin_url)).await
-        {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Ok(skip_postgres(&e)),
-            Err(elapsed) => return Ok(skip_postgres(&elapsed)),
-        };
-    let db = format!(
-        "batchgate_bench_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    );
-    admin
-        .execute(format!("CREATE DATABASE {db}").as_str())
-        .await?;
-    println!("postgres: created database {db}");
-    let outcome = postgres_run(&format!("{PG_SERVER}/{db}")).await;
-    // FORCE: the instances' pools are still open.
-    admin
-        .execute(format!("DROP DATABASE {db} WITH (FORCE)").as_str())
-        .await?;
-    println!("postgres: dropped database {db}");
-    outcome.map(Some)
-}
-
-fn skip_postgres(why: &dyn std::fmt::Display) -> Option<Batchgate> {
-    println!("!!!!! SKIPPED postgres: cannot reach {PG_SERVER} ({why}) !!!!!");
-    None
-}
-
-/// Two instances on one database: load on the first; changes through the
-/// first, `/ready` polled on the second.
-async fn postgres_run(url: &str) -> Result<Batchgate> {
+/// Two batchgate instances on the PostgreSQL database at `url`, seeded.
+async fn postgres_instances(url: &str) -> Result<(Server, Server)> {
     let a = batchgate_app(url).await?;
     let b = batchgate_app(url).await?;
     let began = Instant::now();
@@ -183,19 +155,10 @@ async fn postgres_run(url: &str) -> Result<Batchgate> {
         "postgres: seeded {rows} task_produce_log rows in {:.1} s",
         began.elapsed().as_secs_f64()
     );
-    let a = Server::start(a.router).await?;
-    let b = Server::start(b.router).await?;
-    let load = load(a.addr).await?;
-    println!("pg A again: {:.0}", crate::load(a.addr).await?.rps);
-    println!("pg B: {:.0}", crate::load(b.addr).await?.rps);
-    println!("bare now: {:.0}", bare_scenario().await?.rps);
-    let (starts, commits) = staleness(&a.base, &b.base).await?;
-    Ok(Batchgate {
-        name: "batchgate postgres, 2 instances",
-        load,
-        starts,
-        commits,
-    })
+    Ok((
+        Server::start(a.router).await?,
+        Server::start(b.router).await?,
+    ))
 }
 
 async fn batchgate_app(database_url: &str) -> Result<batchgate::App> {
@@ -204,6 +167,53 @@ async fn batchgate_app(database_url: &str) -> Result<batchgate::App> {
         max_connections: MAX_CONNECTIONS,
     };
     batchgate::build(&settings, Arc::new(SystemClock)).await
+}
+
+/// A fresh database `batchgate_bench_<random>` on the local PostgreSQL server.
+struct PgDatabase {
+    admin: PgConnection,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    /// `None`, said loudly, when the server cannot be reached.
+    async fn create() -> Result<Option<Self>> {
+        let admin_url = format!("{PG_SERVER}/postgres");
+        let connecting =
+            tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&admin_url));
+        let mut admin = match connecting.await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Ok(skip_postgres(&e)),
+            Err(elapsed) => return Ok(skip_postgres(&elapsed)),
+        };
+        let name = format!(
+            "batchgate_bench_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await?;
+        println!("postgres: created database {name}");
+        Ok(Some(Self {
+            url: format!("{PG_SERVER}/{name}"),
+            admin,
+            name,
+        }))
+    }
+
+    async fn remove(mut self) -> Result<()> {
+        // FORCE: the instances' pools are still open.
+        let sql = format!("DROP DATABASE {} WITH (FORCE)", self.name);
+        self.admin.execute(sql.as_str()).await?;
+        println!("postgres: dropped database {}", self.name);
+        Ok(())
+    }
+}
+
+fn skip_postgres(why: &dyn std::fmt::Display) -> Option<PgDatabase> {
+    println!("!!!!! SKIPPED postgres: cannot reach {PG_SERVER} ({why}) !!!!!");
+    None
 }
 
 /// A server on 127.0.0.1, serving until dropped.
@@ -358,21 +368,78 @@ fn requests() -> Result<Vec<Vec<u8>>> {
         .collect()
 }
 
-/// What one connection saw.
+/// What a server did under load.
+struct Load {
+    /// Every request sent, warm-up included.
+    sent: usize,
+    /// Answers other than 200, warm-up included.
+    non_ok: usize,
+    rps: f64,
+    /// The slowest and fastest measured window.
+    rps_min: f64,
+    rps_max: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// Requests and answers, of one connection or added up.
 #[derive(Default)]
 struct Tally {
     sent: usize,
     non_ok: usize,
-    /// Microseconds, of the requests sent in the measured window.
+    /// Microseconds, of the requests sent in measured windows.
     latencies: Vec<u32>,
+    /// Requests per second of each measured window.
+    window_rps: Vec<f64>,
 }
 
-/// Loads the server at `addr` from [`CONNECTIONS`] connections: a warm-up,
-/// then the measured window.
-async fn load(addr: SocketAddr) -> Result<Load> {
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.sent += other.sent;
+        self.non_ok += other.non_ok;
+        self.latencies.extend(other.latencies);
+        self.window_rps.extend(other.window_rps);
+    }
+
+    fn summary(mut self) -> Result<Load> {
+        ensure!(
+            !self.latencies.is_empty(),
+            "no request completed in a measured window"
+        );
+        self.latencies.sort_unstable();
+        let windows = self.window_rps.iter().copied();
+        Ok(Load {
+            sent: self.sent,
+            non_ok: self.non_ok,
+            rps: self.latencies.len() as f64
+                / (WINDOW.as_secs_f64() * self.window_rps.len() as f64),
+            rps_min: windows.clone().fold(f64::INFINITY, f64::min),
+            rps_max: windows.fold(0.0, f64::max),
+            p50: percentile(&self.latencies, 0.50),
+            p99: percentile(&self.latencies, 0.99),
+        })
+    }
+}
+
+/// Loads each server in turn, [`ROUNDS`] times over, so that whatever else
+/// the machine does meanwhile falls on all of them alike.
+async fn measure(addrs: &[SocketAddr]) -> Result<Vec<Load>> {
     let requests: Arc<[Vec<u8>]> = requests()?.into();
+    let mut tallies: Vec<Tally> = addrs.iter().map(|_| Tally::default()).collect();
+    for round in 0..ROUNDS {
+        // Each round starts with the next server, so none always goes first.
+        for i in 0..addrs.len() {
+            let k = (round + i) % addrs.len();
+            tallies[k].add(window(addrs[k], &requests).await?);
+        }
+    }
+    tallies.into_iter().map(Tally::summary).collect()
+}
+
+/// A warm-up, then one measured window, from [`CONNECTIONS`] connections.
+async fn window(addr: SocketAddr, requests: &Arc<[Vec<u8>]>) -> Result<Tally> {
     let measure_from = Instant::now() + WARMUP;
-    let until = measure_from + MEASURE;
+    let until = measure_from + WINDOW;
     let conns: Vec<JoinHandle<Result<Tally>>> = (0..CONNECTIONS)
         .map(|c| {
             let requests = requests.clone();
@@ -382,24 +449,12 @@ async fn load(addr: SocketAddr) -> Result<Load> {
         .collect();
     let mut total = Tally::default();
     for conn in conns {
-        let t = conn.await??;
-        total.sent += t.sent;
-        total.non_ok += t.non_ok;
-        total.latencies.extend(t.latencies);
+        total.add(conn.await??);
     }
-    let mut lat = total.latencies;
-    ensure!(
-        !lat.is_empty(),
-        "no request completed in the measured window"
-    );
-    lat.sort_unstable();
-    Ok(Load {
-        sent: total.sent,
-        non_ok: total.non_ok,
-        rps: lat.len() as f64 / MEASURE.as_secs_f64(),
-        p50: percentile(&lat, 0.50),
-        p99: percentile(&lat, 0.99),
-    })
+    total
+        .window_rps
+        .push(total.latencies.len() as f64 / WINDOW.as_secs_f64());
+    Ok(total)
 }
 
 /// One keep-alive connection sending requests back to back until `until`.
@@ -480,10 +535,29 @@ fn percentile(sorted: &[u32], q: f64) -> Duration {
 
 // ---- Staleness ------------------------------------------------------------------
 
+/// How `/ready` answers followed the changes of one partition.
+struct Changes {
+    /// After a start, `/ready` must say `running`.
+    starts: Propagation,
+    /// After a commit, `/ready` must show the new version.
+    commits: Propagation,
+}
+
+/// How quickly changes showed.
+#[derive(Default)]
+struct Propagation {
+    changes: usize,
+    /// Changes whose first answer afterwards still showed the old standing.
+    stale_first: usize,
+    /// Changes that had not shown by [`PROPAGATION_LIMIT`].
+    never: usize,
+    max_delay: Duration,
+}
+
 /// Starts and commits [`STALE_ROUNDS`] batches of one partition through
 /// `writer`, and after each change polls `/ready` for it on `reader`, which has
 /// the partition's previous standing cached from the poll before.
-async fn staleness(writer: &str, reader: &str) -> Result<(Propagation, Propagation)> {
+async fn staleness(writer: &str, reader: &str) -> Result<Changes> {
     let http = reqwest::Client::new();
     let ready = format!("{reader}/ready?dataset={STALE_DATASET}&partition=dt%3D{STALE_DT}");
     let partition = format!("dt={STALE_DT}");
@@ -524,7 +598,7 @@ async fn staleness(writer: &str, reader: &str) -> Result<(Propagation, Propagati
             })
             .await?;
     }
-    Ok((starts, commits))
+    Ok(Changes { starts, commits })
 }
 
 /// GETs `url`: its status and JSON body.
@@ -605,47 +679,52 @@ fn verdict(pass: bool) -> &'static str {
     }
 }
 
-fn report(bare: &Load, runs: &[Option<Batchgate>]) {
-    let row = |name: &str, l: &Load, share: &str| {
-        println!(
-            "{name:<32} {:>9.0} {:>8.3} {:>8.3} {:>9} {:>8} {share}",
-            l.rps,
-            l.p50.as_secs_f64() * 1e3,
-            l.p99.as_secs_f64() * 1e3,
-            l.sent,
-            l.non_ok,
-        );
+/// The table; the first row is the baseline.
+fn report(measured: &[(Subject, Load)], pg_skipped: bool) {
+    let Some((_, bare)) = measured.first() else {
+        return;
     };
     println!();
     println!(
-        "{:<32} {:>9} {:>8} {:>8} {:>9} {:>8} % of bare (target >= {TARGET_PERCENT}%)",
-        "GET /ready", "req/s", "p50 ms", "p99 ms", "requests", "non-200"
+        "{:<32} {:>8} {:>17} {:>7} {:>7} {:>9} {:>7}  % of bare (target >= {TARGET_PERCENT}%)",
+        "GET /ready", "req/s", "windows min-max", "p50 ms", "p99 ms", "requests", "non-200"
     );
-    row("bare axum handler", bare, "100.0%");
-    for run in runs.iter().flatten() {
-        let percent = run.load.rps / bare.rps * 100.0;
-        let pass = percent >= TARGET_PERCENT && run.load.non_ok == 0;
-        row(
-            run.name,
-            &run.load,
-            &format!("{percent:5.1}%  {}", verdict(pass)),
+    for (subject, load) in measured {
+        let percent = load.rps / bare.rps * 100.0;
+        let share = if subject.changes.is_none() {
+            format!("{percent:5.1}%  baseline")
+        } else {
+            let pass = percent >= TARGET_PERCENT && load.non_ok == 0;
+            format!("{percent:5.1}%  {}", verdict(pass))
+        };
+        println!(
+            "{:<32} {:>8.0} {:>17} {:>7.3} {:>7.3} {:>9} {:>7}  {share}",
+            subject.name,
+            load.rps,
+            format!("{:.0}-{:.0}", load.rps_min, load.rps_max),
+            load.p50.as_secs_f64() * 1e3,
+            load.p99.as_secs_f64() * 1e3,
+            load.sent,
+            load.non_ok,
         );
     }
-    if runs.iter().any(Option::is_none) {
+    if pg_skipped {
         println!(
-            "{:<32} SKIPPED (PostgreSQL unreachable)",
+            "{:<32} SKIPPED: PostgreSQL unreachable",
             "batchgate postgres"
         );
     }
     println!();
     println!("stale answers: a change through one instance, then GET /ready on the reader at once");
-    for run in runs.iter().flatten() {
-        println!(
-            "{:<32} start -> running: {}; commit -> new version: {}  {}",
-            run.name,
-            run.starts.summary(),
-            run.commits.summary(),
-            verdict(run.starts.passed() && run.commits.passed()),
-        );
+    for (subject, _) in measured {
+        if let Some(c) = &subject.changes {
+            println!(
+                "{:<32} start -> running: {}; commit -> new version: {}  {}",
+                subject.name,
+                c.starts.summary(),
+                c.commits.summary(),
+                verdict(c.starts.passed() && c.commits.passed()),
+            );
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! `BATCHGATE_…` environment variable, which beats the default.
 
 use std::fmt;
+use std::time::Duration;
 
 /// Where the registry lives when nothing says otherwise: a file in the
 /// working directory.
@@ -12,6 +13,12 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub struct Settings {
     pub database_url: String,
     pub max_connections: u32,
+    /// How often the background scans run; `None`: never (tests drive them).
+    pub scan_interval: Option<Duration>,
+    /// Every alert is POSTed here.
+    pub webhook_url: Option<String>,
+    /// First wait before a failed webhook delivery is tried again.
+    pub webhook_backoff: Duration,
 }
 
 impl Default for Settings {
@@ -19,6 +26,9 @@ impl Default for Settings {
         Self {
             database_url: DEFAULT_DATABASE_URL.into(),
             max_connections: 10,
+            scan_interval: Some(Duration::from_secs(10)),
+            webhook_url: None,
+            webhook_backoff: Duration::from_secs(1),
         }
     }
 }
@@ -42,6 +52,9 @@ impl fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("database_url", &redact(&self.database_url))
             .field("max_connections", &self.max_connections)
+            .field("scan_interval", &self.scan_interval)
+            .field("webhook_url", &self.webhook_url.as_deref().map(redact))
+            .field("webhook_backoff", &self.webhook_backoff)
             .finish()
     }
 }
@@ -61,10 +74,7 @@ mod tests {
             "postgres://postgres@127.0.0.1/x"
         );
         assert_eq!(redact("sqlite://batchgate.db"), "sqlite://batchgate.db");
-        let s = Settings {
-            database_url: "postgres://u:pw@h/d".into(),
-            max_connections: 3,
-        };
+        let s = Settings { database_url: "postgres://u:pw@h/d".into(), ..Settings::default() };
         assert!(!format!("{s:?}").contains("pw"));
     }
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod http;
+pub mod scanner;
 pub mod store;
 
 use std::future::Future;
@@ -19,28 +20,35 @@ use tokio::net::TcpListener;
 
 use crate::clock::Clock;
 use crate::config::Settings;
+use crate::scanner::Scanner;
 use crate::store::{DbOptions, SqlStore, Store};
 
-/// The application: its router and the store behind it.
+/// Stops a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The application: its router, the store behind it, and the background scans.
 pub struct App {
     pub router: axum::Router,
     pub store: Arc<SqlStore>,
+    pub scanner: Arc<Scanner>,
 }
 
 /// Connects to the database (migrating it) and builds the router.
 pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
-    let opts = DbOptions {
-        max_connections: settings.max_connections,
-    };
-    let store = SqlStore::connect(&settings.database_url, &opts, clock).await?;
+    let opts = DbOptions { max_connections: settings.max_connections, webhook_url: settings.webhook_url.clone() };
+    let store = SqlStore::connect(&settings.database_url, &opts, clock.clone()).await?;
+    let scanner = Arc::new(Scanner::new(store.clone(), clock, settings.webhook_backoff));
     let state = http::AppState {
         hub: store.hub().clone(),
         store: store.clone(),
     };
-    Ok(App {
-        router: http::router(state),
-        store,
-    })
+    Ok(App { router: http::router(state), store, scanner })
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then finishes the
@@ -53,6 +61,8 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let app = build(&settings, clock).await?;
     tracing::info!(addr = %listener.local_addr()?, backend = app.store.backend(), "batchgate serving");
+    // Dropped (and so stopped) when serving ends.
+    let _scans = settings.scan_interval.map(|every| AbortOnDrop(app.scanner.clone().spawn(every)));
     axum::serve(listener, app.router)
         .with_graceful_shutdown(shutdown)
         .await?;

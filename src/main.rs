@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use batchgate::clock::SystemClock;
@@ -45,18 +46,15 @@ struct ServeArgs {
     /// Most database connections this instance opens.
     #[arg(long, env = "BATCHGATE_MAX_CONNECTIONS", default_value_t = 10)]
     max_connections: u32,
-}
-
-impl Default for ServeArgs {
-    fn default() -> Self {
-        Self {
-            db: DbArgs {
-                database_url: DEFAULT_DATABASE_URL.into(),
-            },
-            listen: DEFAULT_LISTEN.parse().expect("default address"),
-            max_connections: 10,
-        }
-    }
+    /// How often leases, deadlines and the webhook outbox are scanned.
+    #[arg(long, env = "BATCHGATE_SCAN_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    scan_interval: Duration,
+    /// Every alert is POSTed here as JSON.
+    #[arg(long, env = "BATCHGATE_WEBHOOK_URL")]
+    webhook_url: Option<String>,
+    /// First wait before a failed webhook delivery is retried (doubling, at most 5 minutes).
+    #[arg(long, env = "BATCHGATE_WEBHOOK_BACKOFF", default_value = "1s", value_parser = humantime::parse_duration)]
+    webhook_backoff: Duration,
 }
 
 #[tokio::main]
@@ -86,9 +84,8 @@ impl ServeArgs {
             #[command(flatten)]
             serve: ServeArgs,
         }
-        Bare::try_parse_from(["batchgate"])
-            .map(|b| b.serve)
-            .unwrap_or_default()
+        // Reads the BATCHGATE_… variables; a bad value exits with clap's message.
+        Bare::parse_from(["batchgate"]).serve
     }
 }
 
@@ -96,6 +93,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = Settings {
         database_url: args.db.database_url,
         max_connections: args.max_connections,
+        scan_interval: Some(args.scan_interval).filter(|d| !d.is_zero()),
+        webhook_url: args.webhook_url.filter(|u| !u.is_empty()),
+        webhook_backoff: args.webhook_backoff,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

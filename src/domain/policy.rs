@@ -60,6 +60,12 @@ pub struct DatasetPolicy {
     pub baseline_periods: u32,
     pub allow_empty: bool,
     pub owner: Option<String>,
+    /// Most partitions one `overwrite_partition` batch may replace.
+    pub max_partitions_per_batch: u32,
+    /// By when each data date should be published.
+    pub deadline: Option<super::deadline::Deadline>,
+    /// Where this dataset's alerts are POSTed, besides the service-wide URL.
+    pub webhook_url: Option<String>,
 }
 
 impl Default for DatasetPolicy {
@@ -73,6 +79,9 @@ impl Default for DatasetPolicy {
             baseline_periods: 7,
             allow_empty: false,
             owner: None,
+            max_partitions_per_batch: 31,
+            deadline: None,
+            webhook_url: None,
         }
     }
 }

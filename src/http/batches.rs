@@ -25,6 +25,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/batches", post(start).get(list))
         .route("/v1/batches/{batch_id}", get(read))
         .route("/v1/batches/{batch_id}/heartbeat", post(heartbeat))
+        .route("/v1/batches/{batch_id}/written", post(written))
         .route("/v1/batches/{batch_id}/commit", post(commit))
         .route("/v1/batches/{batch_id}/fail", post(fail))
 }
@@ -45,6 +46,8 @@ struct StartBody {
     trigger: Option<Trigger>,
     run_ref: Option<String>,
     lease_seconds: Option<i64>,
+    /// Residue batches whose rows the task deleted before this start.
+    cleaned_batch_ids: Option<Vec<String>>,
 }
 
 fn check_scope(scope: &Value) -> Result<()> {
@@ -77,22 +80,24 @@ fn check_scope(scope: &Value) -> Result<()> {
     Ok(())
 }
 
-fn partition_specs(field: &str, raw: &[String]) -> Result<Vec<PartitionSpec>> {
+/// Parses the declared partitions. A wildcard (`dt=*`) is set aside rather
+/// than refused here: whether it is a malformed spec or an overwrite that is
+/// too wide depends on the dataset's write mode, which the store knows.
+fn partition_specs(raw: &[String]) -> Result<(Vec<PartitionSpec>, Vec<(usize, String)>)> {
     let mut out: Vec<PartitionSpec> = Vec::with_capacity(raw.len());
+    let mut wildcards = Vec::new();
     for (i, p) in raw.iter().enumerate() {
-        let spec = PartitionSpec::parse(p).map_err(|e| {
-            Error::invalid_code("invalid_partition", format!("{field}[{i}]"), e.to_string())
-        })?;
-        if out.contains(&spec) {
-            return Err(Error::invalid_code(
-                "invalid_partition",
-                format!("{field}[{i}]"),
-                format!("partition {p:?} is listed twice"),
-            ));
+        let field = || format!("partitions[{i}]");
+        match PartitionSpec::parse(p) {
+            Ok(spec) if out.contains(&spec) => {
+                return Err(Error::invalid_code("invalid_partition", field(), format!("partition {p:?} is listed twice")));
+            }
+            Ok(spec) => out.push(spec),
+            Err(_) if p.contains('*') && PartitionSpec::parse(&p.replace('*', "x")).is_ok() => wildcards.push((i, p.clone())),
+            Err(e) => return Err(Error::invalid_code("invalid_partition", field(), e.to_string())),
         }
-        out.push(spec);
     }
-    Ok(out)
+    Ok((out, wildcards))
 }
 
 async fn start(
@@ -111,7 +116,7 @@ async fn start(
             "partitions must name at least one partition: an overwrite must name what it replaces",
         ));
     }
-    let partitions = partition_specs("partitions", &b.partitions)?;
+    let (partitions, wildcard_partitions) = partition_specs(&b.partitions)?;
     if let Some(scope) = &b.scope {
         check_scope(scope)?;
     }
@@ -144,6 +149,8 @@ async fn start(
             lease_seconds,
             idempotency_key,
             fingerprint: body.canonical,
+            wildcard_partitions,
+            cleaned_batch_ids: b.cleaned_batch_ids.unwrap_or_default(),
         })
         .await?;
     let status = if started.created {
@@ -156,6 +163,31 @@ async fn start(
 
 async fn heartbeat(State(app): State<AppState>, Path(batch_id): Path<String>) -> Result<Response> {
     Ok(Json(app.store.heartbeat(&batch_id).await?).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrittenPartition {
+    partition: String,
+    rows_written: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrittenBody {
+    partitions: Vec<WrittenPartition>,
+}
+
+/// The task's write to the target committed (before verification): history
+/// can then tell "never wrote" from "wrote, then died".
+async fn written(State(app): State<AppState>, Path(batch_id): Path<String>, body: AppJson<WrittenBody>) -> Result<Response> {
+    let mut parts = Vec::new();
+    for (i, p) in body.value.partitions.into_iter().enumerate() {
+        let spec = PartitionSpec::parse(&p.partition)
+            .map_err(|e| Error::invalid_code("invalid_partition", format!("partitions[{i}].partition"), e.to_string()))?;
+        parts.push((spec, count(format!("partitions[{i}].rows_written"), p.rows_written)?));
+    }
+    Ok(Json(app.store.record_written(&batch_id, parts).await?).into_response())
 }
 
 #[derive(Deserialize)]

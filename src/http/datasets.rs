@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::error::AppJson;
 use super::AppState;
+use crate::domain::deadline::Deadline;
 use crate::domain::names::DatasetName;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 use crate::error::{Error, Result};
@@ -32,6 +33,9 @@ struct PolicyBody {
     baseline_periods: Option<u32>,
     allow_empty: Option<bool>,
     owner: Option<String>,
+    max_partitions_per_batch: Option<u32>,
+    deadline: Option<Deadline>,
+    webhook_url: Option<String>,
 }
 
 fn policy(b: PolicyBody) -> Result<DatasetPolicy> {
@@ -69,7 +73,22 @@ fn policy(b: PolicyBody) -> Result<DatasetPolicy> {
             "baseline_periods must be from 1 to 366",
         ));
     }
+    let max_partitions_per_batch = b.max_partitions_per_batch.unwrap_or(d.max_partitions_per_batch);
+    if max_partitions_per_batch == 0 {
+        return Err(Error::invalid("max_partitions_per_batch", "max_partitions_per_batch must be at least 1"));
+    }
+    if let Some(dl) = &b.deadline {
+        dl.validate().map_err(|e| Error::invalid("deadline", e))?;
+    }
+    if let Some(url) = &b.webhook_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.parse::<axum::http::Uri>().is_err() {
+            return Err(Error::invalid("webhook_url", format!("{url:?} is not an http(s) URL")));
+        }
+    }
     Ok(DatasetPolicy {
+        max_partitions_per_batch,
+        deadline: b.deadline,
+        webhook_url: b.webhook_url,
         tier: b.tier.unwrap_or(d.tier),
         write_mode: b.write_mode.unwrap_or(d.write_mode),
         unique_key,

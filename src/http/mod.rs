@@ -1,5 +1,6 @@
 //! HTTP: the router, its layers, and one module per resource.
 
+mod alerts;
 mod batches;
 mod datasets;
 pub mod error;
@@ -38,6 +39,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
     let api = Router::new()
+        .merge(alerts::router())
         .merge(batches::router())
         .merge(datasets::router())
         .merge(partitions::router())

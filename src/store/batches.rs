@@ -8,18 +8,22 @@ use serde_json::{json, Value};
 use sqlx::types::Json;
 
 use super::db::{args, Conn, Tx};
-use super::records::{parse_col, BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue};
+use super::records::{parse_col, BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue, DATASET_COLUMNS};
 use super::{Decision, FailReport, Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
 use crate::domain::batch::{leaves_residue, touches_table, BatchState, FailStage};
-use crate::domain::checks::{self, CommitEvidence, PartitionHistory};
+use super::alerts::{self, NewAlert};
+use crate::domain::alerts::{self as alert_rules, AlertKind};
+use crate::domain::checks::{self, CheckResult, CommitEvidence, PartitionHistory};
+use crate::domain::policy::{DatasetPolicy, WriteMode};
+use crate::domain::retry::{self, RetryAdvice};
 use crate::domain::names::{BatchId, PartitionSpec};
 use crate::domain::readiness::partition_state;
 use crate::error::{Error, Result};
 
 pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
-     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, decision_status, decision_body";
+     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, decision_status, decision_body, written_at";
 
 pub(super) const LOG_COLUMNS: &str =
     "batch_id, target_partition, status, rows_written, row_count, distinct_keys, null_keys, metrics, version, finish_time";
@@ -65,7 +69,7 @@ async fn event(
     Ok(())
 }
 
-fn not_found(batch_id: &str) -> Error {
+pub(super) fn not_found(batch_id: &str) -> Error {
     Error::not_found("batch_not_found", format!("no batch {batch_id:?}"))
 }
 
@@ -163,13 +167,9 @@ async fn residue_of(
         .collect())
 }
 
-async fn load_policy(c: &mut Conn<'_>, dataset: &str) -> Result<DatasetRow> {
-    Ok(c.one(
-        "SELECT name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, created_at, updated_at \
-         FROM datasets WHERE name = $1",
-        args![dataset],
-    )
-    .await?)
+pub(super) async fn load_policy(c: &mut Conn<'_>, dataset: &str) -> Result<DatasetRow> {
+    let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets WHERE name = $1");
+    Ok(c.one(&sql, args![dataset]).await?)
 }
 
 impl SqlStore {
@@ -195,18 +195,17 @@ impl SqlStore {
                         args![&b.batch_id],
                     )
                     .await?;
-                let residue = started
-                    .and_then(|(d,)| d)
-                    .and_then(|d| {
-                        serde_json::from_value::<Vec<Residue>>(d.0["residue"].clone()).ok()
-                    })
-                    .unwrap_or_default();
+                let detail = started.and_then(|(d,)| d).map(|d| d.0).unwrap_or_default();
+                let residue = serde_json::from_value::<Vec<Residue>>(detail["residue"].clone()).unwrap_or_default();
+                let retry = serde_json::from_value::<RetryAdvice>(detail["retry"].clone())
+                    .map_err(|e| anyhow::anyhow!("started event of {} lacks its retry advice: {e}", b.batch_id))?;
                 return Ok(Started {
                     state: b.state(),
                     batch_id: b.batch_id,
                     seq: b.seq,
                     lease_expires_at: b.lease_expires_at,
                     residue,
+                    retry,
                     created: false,
                 });
             }
@@ -217,6 +216,8 @@ impl SqlStore {
             args![dataset, now],
         )
         .await?;
+        let policy = load_policy(&mut c, dataset).await?.policy();
+        guard_scope(&policy, &req)?;
 
         // Who else is writing these partitions?
         let mut blocking: BTreeMap<String, (BatchRow, Vec<String>)> = BTreeMap::new();
@@ -271,21 +272,8 @@ impl SqlStore {
         let batch_id = BatchId::new(req.task.clone(), req.dt, seq).to_string();
 
         let mut changed: BTreeSet<String> = req.partitions.iter().map(|p| p.to_string()).collect();
-        for (old_id, old) in &expired {
-            c.exec(
-                "UPDATE batches SET superseded_by = $2 WHERE batch_id = $1",
-                args![old_id, &batch_id],
-            )
-            .await?;
-            changed.extend(settle(&mut c, old, BatchState::Abandoned, now).await?);
-            event(
-                &mut c,
-                old_id,
-                "abandoned",
-                now,
-                json!({"lease_expired_at": old.lease_expires_at, "by": batch_id}),
-            )
-            .await?;
+        for old in expired.values() {
+            changed.extend(self.abandon(&mut c, old, Some(&batch_id), &policy, now).await?);
         }
 
         let mut residue: BTreeMap<String, Residue> = BTreeMap::new();
@@ -303,6 +291,9 @@ impl SqlStore {
             }
         }
         let residue: Vec<Residue> = residue.into_values().collect();
+        let residue_ids: Vec<String> = residue.iter().map(|r| r.batch_id.clone()).collect();
+        let retry = retry::advise(policy.write_mode, dataset, !policy.unique_key.is_empty(), &residue_ids, &req.cleaned_batch_ids)
+            .map_err(|r| Error::conflict(r.code, r.message, r.details))?;
 
         let lease_expires_at = now + Duration::seconds(req.lease_seconds);
         let (id,): (i64,) = c
@@ -337,7 +328,8 @@ impl SqlStore {
             &batch_id,
             "started",
             now,
-            json!({"trigger": req.trigger, "run_ref": req.run_ref, "lease_expires_at": lease_expires_at, "residue": residue}),
+            json!({"trigger": req.trigger, "run_ref": req.run_ref, "lease_expires_at": lease_expires_at, "residue": residue,
+                   "retry": retry, "cleaned_batch_ids": req.cleaned_batch_ids}),
         )
         .await?;
 
@@ -355,14 +347,51 @@ impl SqlStore {
             state: BatchState::Running,
             lease_expires_at,
             residue,
+            retry,
             created: true,
         })
+    }
+
+    /// The webhooks an alert of this dataset goes to.
+    pub(super) fn webhooks(&self, policy: &DatasetPolicy) -> Vec<String> {
+        self.webhook_url.iter().chain(policy.webhook_url.iter()).cloned().collect()
+    }
+
+    /// Marks a running batch abandoned (its lease ran out), by a newer batch
+    /// starting on its partitions or by the lease scan, and raises the alert.
+    pub(super) async fn abandon(&self, c: &mut Conn<'_>, b: &BatchRow, by: Option<&str>, policy: &DatasetPolicy, now: DateTime<Utc>) -> Result<Vec<String>> {
+        if let Some(by) = by {
+            c.exec("UPDATE batches SET superseded_by = $2 WHERE batch_id = $1", args![&b.batch_id, by]).await?;
+        }
+        let parts = settle(c, b, BatchState::Abandoned, now).await?;
+        event(c, &b.batch_id, "abandoned", now, json!({"lease_expired_at": b.lease_expires_at, "by": by})).await?;
+        let advice = alert_rules::for_abandoned();
+        let written = if b.written_at.is_some() { "after its write committed" } else { "before it reported a committed write" };
+        let alert = NewAlert {
+            kind: AlertKind::Abandoned,
+            dedup_key: format!("abandoned:{}", b.batch_id),
+            severity: alert_rules::severity(policy.tier),
+            task: Some(b.task.clone()),
+            dataset: b.dataset.clone(),
+            dt: Some(b.dt),
+            partitions: parts.clone(),
+            batch_id: Some(b.batch_id.clone()),
+            stage: None,
+            category: None,
+            failing_checks: json!([]),
+            owner: policy.owner.clone(),
+            action: advice.action,
+            retryable: advice.retryable,
+            message: format!("batch {} stopped heartbeating; its lease expired at {} {written}", b.batch_id, b.lease_expires_at.to_rfc3339()),
+        };
+        alerts::raise(c, alert, &self.webhooks(policy), now).await?;
+        Ok(parts)
     }
 
     /// Loads a batch and takes its dataset's write lock, in that order: the
     /// batch's dataset never changes, so the row read before the lock names
     /// the right lock; the row is read again under it.
-    async fn lock_batch(&self, batch_id: &str) -> Result<(Tx, BatchRow)> {
+    pub(super) async fn lock_batch(&self, batch_id: &str) -> Result<(Tx, BatchRow)> {
         let dataset = {
             let mut r = self.read().await?;
             load_batch(&mut r.conn(), batch_id)
@@ -425,6 +454,17 @@ impl SqlStore {
             }
         }
         let state = b.state();
+        if state == BatchState::Abandoned && b.superseded_by.is_none() {
+            return Err(Error::conflict(
+                "lease_expired",
+                format!(
+                    "batch {}'s lease expired at {} without a heartbeat; it was abandoned",
+                    b.batch_id,
+                    b.lease_expires_at.to_rfc3339()
+                ),
+                json!({"batch_id": b.batch_id, "state": state, "lease_expired_at": b.lease_expires_at}),
+            ));
+        }
         if state == BatchState::Abandoned {
             return Err(Error::conflict(
                 "superseded",
@@ -545,6 +585,7 @@ impl SqlStore {
                 json!({"state": "published", "marker": evidence.marker}),
             )
             .await?;
+            alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
             changed
         } else {
             let changed = settle(&mut c, &b, BatchState::Rejected, now).await?;
@@ -557,6 +598,26 @@ impl SqlStore {
                 json!({"state": "rejected", "failed_checks": failed}),
             )
             .await?;
+            let advice = alert_rules::for_rejection(verdict.checks.iter().map(|c| (c.name, c.status)));
+            let failing: Vec<&CheckResult> = verdict.failed_checks().collect();
+            let alert = NewAlert {
+                kind: AlertKind::Rejected,
+                dedup_key: format!("rejected:{batch_id}"),
+                severity: alert_rules::severity(policy.tier),
+                task: Some(b.task.clone()),
+                dataset: b.dataset.clone(),
+                dt: Some(b.dt),
+                partitions: changed.clone(),
+                batch_id: Some(batch_id.to_owned()),
+                stage: Some("verify".into()),
+                category: None,
+                failing_checks: json!(failing),
+                owner: policy.owner.clone(),
+                action: advice.action,
+                retryable: advice.retryable,
+                message: format!("batch {batch_id} was rejected: {} failed", failed.join(", ")),
+            };
+            alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
             changed
         };
 
@@ -628,6 +689,31 @@ impl SqlStore {
             json!({"stage": report.stage, "category": report.category, "message": report.message}),
         )
         .await?;
+        let policy = load_policy(&mut c, &b.dataset).await?.policy();
+        let advice = alert_rules::for_failure(report.category, report.stage);
+        let alert = NewAlert {
+            kind: AlertKind::Failed,
+            dedup_key: format!("failed:{batch_id}"),
+            severity: alert_rules::severity(policy.tier),
+            task: Some(b.task.clone()),
+            dataset: b.dataset.clone(),
+            dt: Some(b.dt),
+            partitions: changed.clone(),
+            batch_id: Some(batch_id.to_owned()),
+            stage: Some(report.stage.to_string()),
+            category: Some(report.category.to_string()),
+            failing_checks: json!([]),
+            owner: policy.owner.clone(),
+            action: advice.action,
+            retryable: advice.retryable,
+            message: format!(
+                "batch {batch_id} failed at {} ({}){}",
+                report.stage,
+                report.category,
+                report.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+            ),
+        };
+        alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
         let record = load_record(&mut c, batch_id)
             .await?
             .ok_or_else(|| not_found(batch_id))?;
@@ -676,6 +762,32 @@ async fn supersede(
         if n > 0 {
             event(c, prev, "superseded", now, json!({"by": by})).await?;
         }
+    }
+    Ok(())
+}
+
+/// The overwrite guard: an `overwrite_partition` batch replaces whole
+/// partitions, so it must name concrete ones, and not too many at once.
+/// Other write modes take a wildcard as a malformed spec.
+fn guard_scope(policy: &DatasetPolicy, req: &StartBatch) -> Result<()> {
+    let overwrite = policy.write_mode == WriteMode::OverwritePartition;
+    if let Some((i, raw)) = req.wildcard_partitions.first() {
+        if overwrite {
+            return Err(Error::invalid_code(
+                "overwrite_scope_too_wide",
+                format!("partitions[{i}]"),
+                format!("{raw:?} is a wildcard: an overwrite_partition batch must name the concrete partitions it replaces"),
+            ));
+        }
+        return Err(Error::invalid_code("invalid_partition", format!("partitions[{i}]"), format!("{raw:?} is a wildcard, not a partition")));
+    }
+    let n = req.partitions.len();
+    if overwrite && n > policy.max_partitions_per_batch as usize {
+        return Err(Error::invalid_code(
+            "overwrite_scope_too_wide",
+            "partitions",
+            format!("{n} partitions in one overwrite; the dataset allows at most {} (max_partitions_per_batch)", policy.max_partitions_per_batch),
+        ));
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ pub enum Arg {
     Int(Option<i64>),
     Real(Option<f64>),
     Bool(bool),
-    Date(NaiveDate),
+    Date(Option<NaiveDate>),
     Time(Option<DateTime<Utc>>),
     Json(Option<Value>),
 }
@@ -42,7 +42,8 @@ arg_from! {
     Option<i64> => Int,
     f64 => Real via Some,
     bool => Bool,
-    NaiveDate => Date,
+    NaiveDate => Date via Some,
+    Option<NaiveDate> => Date,
     DateTime<Utc> => Time via Some,
     Option<DateTime<Utc>> => Time,
     Value => Json via Some,

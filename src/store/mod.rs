@@ -7,11 +7,13 @@
 //! write transaction serialises, how other replicas hear of changes) lives in
 //! [`sqlite`] and [`postgres`].
 
+mod alerts;
 mod batches;
 pub mod db;
 mod postgres;
 mod reads;
 mod records;
+mod scans;
 mod sqlite;
 
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
+pub use alerts::{AlertRecord, OutboxItem};
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
@@ -29,6 +32,7 @@ use crate::domain::batch::{BatchState, FailCategory, FailStage, Trigger};
 use crate::domain::checks::CommitEvidence;
 use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
 use crate::domain::policy::DatasetPolicy;
+use crate::domain::retry::RetryAdvice;
 use crate::error::Result;
 use db::{Pooled, Tx};
 
@@ -46,6 +50,11 @@ pub struct StartBatch {
     pub idempotency_key: Option<String>,
     /// The canonical request body: the same key with another body is refused.
     pub fingerprint: String,
+    /// Partitions given as wildcards (`dt=*`), by position: refused, with a
+    /// code that depends on the dataset's write mode.
+    pub wildcard_partitions: Vec<(usize, String)>,
+    /// Residue batches whose rows the task says it deleted (append mode).
+    pub cleaned_batch_ids: Vec<String>,
 }
 
 /// The answer to a start.
@@ -56,6 +65,7 @@ pub struct Started {
     pub state: BatchState,
     pub lease_expires_at: DateTime<Utc>,
     pub residue: Vec<Residue>,
+    pub retry: RetryAdvice,
     /// False when an `Idempotency-Key` replay returned an existing batch.
     #[serde(skip)]
     pub created: bool,
@@ -158,6 +168,29 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Option<PartitionRecord>>>;
     /// The latest batch a task started for a data date.
     async fn latest_task_batch(&self, task: &str, dt: NaiveDate) -> Result<Option<TaskLatest>>;
+
+    /// Records that the task's write to the target committed.
+    async fn record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord>;
+    /// Abandons every running batch whose lease has expired; returns their ids.
+    async fn expire_leases(&self) -> Result<Vec<String>>;
+    /// Raises `deadline_missed` for data dates past their deadline; returns how many.
+    async fn check_deadlines(&self) -> Result<usize>;
+    async fn list_alerts(&self, q: &AlertQuery) -> Result<Page<AlertRecord>>;
+    /// Takes up to `limit` due webhook deliveries for a while, so that no
+    /// other replica sends them meanwhile.
+    async fn claim_webhooks(&self, limit: i64) -> Result<Vec<OutboxItem>>;
+    async fn webhook_delivered(&self, id: i64) -> Result<()>;
+    async fn webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()>;
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AlertQuery {
+    pub state: Option<String>,
+    pub dataset: Option<String>,
+    pub severity: Option<String>,
+    pub kind: Option<String>,
+    pub limit: i64,
+    pub after_id: Option<i64>,
 }
 
 /// Which database, with its pool.
@@ -172,18 +205,23 @@ pub struct SqlStore {
     backend: Backend,
     clock: Arc<dyn Clock>,
     hub: Arc<ChangeHub>,
+    /// Every alert is POSTed here (besides each dataset's own `webhook_url`).
+    webhook_url: Option<String>,
 }
 
 /// Pool size and connection settings.
 #[derive(Debug, Clone)]
 pub struct DbOptions {
     pub max_connections: u32,
+    /// Service-wide alert webhook.
+    pub webhook_url: Option<String>,
 }
 
 impl Default for DbOptions {
     fn default() -> Self {
         Self {
             max_connections: 10,
+            webhook_url: None,
         }
     }
 }
@@ -203,6 +241,7 @@ impl SqlStore {
                     backend: Backend::Sqlite(pool),
                     clock,
                     hub: ChangeHub::new(true),
+                    webhook_url: opts.webhook_url.clone(),
                 }
             }
             Some("postgres" | "postgresql") => {
@@ -213,6 +252,7 @@ impl SqlStore {
                     backend: Backend::Postgres(pool),
                     clock,
                     hub,
+                    webhook_url: opts.webhook_url.clone(),
                 }
             }
             _ => anyhow::bail!("database URL must start with sqlite: or postgres:, got {url:?}"),
@@ -222,7 +262,7 @@ impl SqlStore {
 
     /// Applies migrations to `url` and returns.
     pub async fn migrate(url: &str) -> anyhow::Result<()> {
-        let opts = DbOptions { max_connections: 1 };
+        let opts = DbOptions { max_connections: 1, webhook_url: None };
         match url.split(':').next() {
             Some("sqlite") => sqlite::connect(url, &opts).await.map(drop),
             Some("postgres" | "postgresql") => postgres::connect(url, &opts).await.map(drop),

@@ -4,22 +4,20 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 
 use super::batches::{load_record, BATCH_COLUMNS, LOG_COLUMNS};
 use super::db::{args, Arg};
-use super::records::{BatchRow, DatasetRow, LogRow};
+use super::records::{BatchRow, DatasetRow, LogRow, DATASET_COLUMNS};
 use super::*;
 use crate::changes::{ChangeHub, TaskLatest};
-use crate::domain::names::DatasetName;
+use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::domain::policy::DatasetPolicy;
 use crate::error::Result;
 
 const PARTITION_COLUMNS: &str =
     "dataset, partition_spec, dt, state, batch_id, version, published_batch_id, published_row_count, published_at, updated_at";
 
-const DATASET_COLUMNS: &str =
-    "name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, created_at, updated_at";
 
 /// `$first, $first+1, …` for `n` values: an `IN (…)` list.
 fn placeholders(first: usize, n: usize) -> String {
@@ -86,11 +84,13 @@ impl Store for SqlStore {
             )
             .await?;
         let sql = format!(
-            "INSERT INTO datasets (name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
+            "INSERT INTO datasets (name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, \
+               max_partitions_per_batch, deadline, webhook_url, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13) \
              ON CONFLICT (name) DO UPDATE SET tier = excluded.tier, write_mode = excluded.write_mode, unique_key = excluded.unique_key, \
                timezone = excluded.timezone, max_volume_change = excluded.max_volume_change, baseline_periods = excluded.baseline_periods, \
-               allow_empty = excluded.allow_empty, owner = excluded.owner, updated_at = excluded.updated_at \
+               allow_empty = excluded.allow_empty, owner = excluded.owner, max_partitions_per_batch = excluded.max_partitions_per_batch, \
+               deadline = excluded.deadline, webhook_url = excluded.webhook_url, updated_at = excluded.updated_at \
              RETURNING {DATASET_COLUMNS}"
         );
         let row: DatasetRow = c
@@ -106,6 +106,9 @@ impl Store for SqlStore {
                     i64::from(p.baseline_periods),
                     p.allow_empty,
                     p.owner.clone(),
+                    i64::from(p.max_partitions_per_batch),
+                    p.deadline.as_ref().map(|d| serde_json::json!(d)),
+                    p.webhook_url.clone(),
                     now
                 ],
             )
@@ -299,5 +302,33 @@ impl Store for SqlStore {
             dataset,
             partitions: parts.into_iter().map(|(p,)| p).collect(),
         }))
+    }
+
+    async fn record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord> {
+        self.do_record_written(batch_id, partitions).await
+    }
+
+    async fn expire_leases(&self) -> Result<Vec<String>> {
+        self.do_expire_leases().await
+    }
+
+    async fn check_deadlines(&self) -> Result<usize> {
+        self.do_check_deadlines().await
+    }
+
+    async fn list_alerts(&self, q: &AlertQuery) -> Result<Page<AlertRecord>> {
+        self.do_list_alerts(q).await
+    }
+
+    async fn claim_webhooks(&self, limit: i64) -> Result<Vec<OutboxItem>> {
+        self.do_claim_webhooks(limit).await
+    }
+
+    async fn webhook_delivered(&self, id: i64) -> Result<()> {
+        self.do_webhook_delivered(id).await
+    }
+
+    async fn webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()> {
+        self.do_webhook_failed(id, error, retry_at).await
     }
 }

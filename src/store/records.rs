@@ -6,6 +6,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 
 use crate::domain::batch::BatchState;
+use crate::domain::deadline::Deadline;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 
 /// Parses an enum column; the database only ever holds values this build wrote.
@@ -43,6 +44,7 @@ pub(super) struct BatchRow {
     pub decision_fingerprint: Option<String>,
     pub decision_status: Option<i64>,
     pub decision_body: Option<Json<Value>>,
+    pub written_at: Option<DateTime<Utc>>,
 }
 
 impl BatchRow {
@@ -125,6 +127,8 @@ pub struct BatchRecord {
     pub checks: Value,
     pub failure: Option<Failure>,
     pub superseded_by: Option<String>,
+    /// When the task reported that its write to the target committed.
+    pub written_at: Option<DateTime<Utc>>,
     /// Left out of listings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<Event>>,
@@ -175,6 +179,7 @@ impl BatchRecord {
                 .unwrap_or_else(|| Value::Array(vec![])),
             failure,
             superseded_by: b.superseded_by,
+            written_at: b.written_at,
             events: events.map(|es| {
                 es.into_iter()
                     .map(|e| Event {
@@ -235,6 +240,9 @@ pub struct Residue {
     pub partitions: Vec<String>,
 }
 
+pub(super) const DATASET_COLUMNS: &str = "name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, \
+     allow_empty, owner, max_partitions_per_batch, deadline, webhook_url, created_at, updated_at";
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(super) struct DatasetRow {
     pub name: String,
@@ -246,6 +254,9 @@ pub(super) struct DatasetRow {
     pub baseline_periods: i64,
     pub allow_empty: bool,
     pub owner: Option<String>,
+    pub max_partitions_per_batch: i64,
+    pub deadline: Option<Json<Deadline>>,
+    pub webhook_url: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -261,6 +272,9 @@ impl DatasetRow {
             baseline_periods: u32::try_from(self.baseline_periods).unwrap_or(7),
             allow_empty: self.allow_empty,
             owner: self.owner.clone(),
+            max_partitions_per_batch: u32::try_from(self.max_partitions_per_batch).unwrap_or(31),
+            deadline: self.deadline.as_ref().map(|d| d.0.clone()),
+            webhook_url: self.webhook_url.clone(),
         }
     }
 }
@@ -277,6 +291,9 @@ pub struct DatasetRecord {
     pub baseline_periods: u32,
     pub allow_empty: bool,
     pub owner: Option<String>,
+    pub max_partitions_per_batch: u32,
+    pub deadline: Option<Deadline>,
+    pub webhook_url: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -294,6 +311,9 @@ impl From<DatasetRow> for DatasetRecord {
             baseline_periods: p.baseline_periods,
             allow_empty: p.allow_empty,
             owner: p.owner,
+            max_partitions_per_batch: p.max_partitions_per_batch,
+            deadline: p.deadline,
+            webhook_url: p.webhook_url,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }

@@ -112,6 +112,8 @@ pub struct TestApp {
     pub clock: Arc<ManualClock>,
     pub backend: Backend,
     pub db: Arc<TestDb>,
+    pub scanner: Arc<batchgate::scanner::Scanner>,
+    webhook_url: Option<String>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -119,26 +121,45 @@ impl TestApp {
     pub async fn spawn(backend: Backend) -> Option<Self> {
         let db = Arc::new(TestDb::create(backend).await?);
         let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
-        Some(Self::spawn_on(backend, db, clock).await)
+        Some(Self::spawn_on(backend, db, clock, None).await)
+    }
+
+    /// An instance that POSTs every alert to `webhook_url`.
+    pub async fn spawn_with_webhook(backend: Backend, webhook_url: &str) -> Option<Self> {
+        let db = Arc::new(TestDb::create(backend).await?);
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        Some(Self::spawn_on(backend, db, clock, Some(webhook_url.to_owned())).await)
     }
 
     /// Another instance on the same database (replicas behind a load balancer).
     pub async fn replica(&self) -> Self {
-        Self::spawn_on(self.backend, self.db.clone(), self.clock.clone()).await
+        Self::spawn_on(self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone()).await
     }
 
-    async fn spawn_on(backend: Backend, db: Arc<TestDb>, clock: Arc<ManualClock>) -> Self {
+    /// A fresh instance on the same database and clock, after this one stopped.
+    pub async fn restart(self) -> Self {
+        let (backend, db, clock, hook) = (self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone());
+        drop(self);
+        Self::spawn_on(backend, db, clock, hook).await
+    }
+
+    /// One pass of the background scans (tests drive them by hand).
+    pub async fn scan(&self) -> batchgate::scanner::ScanReport {
+        self.scanner.run_once().await
+    }
+
+    async fn spawn_on(backend: Backend, db: Arc<TestDb>, clock: Arc<ManualClock>, webhook_url: Option<String>) -> Self {
         let settings = Settings {
             database_url: db.url.clone(),
             max_connections: 8,
+            scan_interval: None,
+            webhook_url: webhook_url.clone(),
+            webhook_backoff: Duration::from_secs(1),
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>)
-            .await
-            .expect("build app");
+        let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>).await.expect("build app");
+        let scanner = app.scanner.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             axum::serve(listener, app.router)
@@ -148,18 +169,8 @@ impl TestApp {
                 .await
                 .expect("serve");
         });
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .build()
-            .expect("client");
-        Self {
-            base: format!("http://{addr}"),
-            client,
-            clock,
-            backend,
-            db,
-            shutdown: Some(tx),
-        }
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
+        Self { base: format!("http://{addr}"), client, clock, backend, db, scanner, webhook_url, shutdown: Some(tx) }
     }
 
     pub async fn request(
@@ -362,5 +373,44 @@ impl TestApp {
     /// The service's current time, RFC 3339.
     pub fn clock_now(&self) -> String {
         self.clock.now().to_rfc3339()
+    }
+}
+
+/// A webhook receiver on 127.0.0.1 that answers 500 to its first
+/// `fail_first` requests, then 200; it records every request.
+pub struct Receiver {
+    pub url: String,
+    pub seen: Arc<std::sync::Mutex<Vec<(Option<String>, Value)>>>,
+}
+
+impl Receiver {
+    pub async fn start(fail_first: usize) -> Self {
+        use axum::http::HeaderMap;
+        let seen: Arc<std::sync::Mutex<Vec<(Option<String>, Value)>>> = Arc::default();
+        let log = seen.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap, body: axum::Json<Value>| {
+                let log = log.clone();
+                async move {
+                    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                    let mut log = log.lock().unwrap();
+                    log.push((key, body.0));
+                    if log.len() <= fail_first {
+                        StatusCode::INTERNAL_SERVER_ERROR
+                    } else {
+                        StatusCode::OK
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, seen }
+    }
+
+    pub fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
     }
 }

@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod alerts;
 mod bad_input;
 mod checks;
 mod concurrency;
@@ -12,3 +13,4 @@ mod lifecycle;
 mod listing;
 mod long_poll;
 mod openapi;
+mod retries;

@@ -1,0 +1,51 @@
+-- Leases, retry policy, deadlines, alerts and their webhook outbox.
+
+ALTER TABLE datasets ADD COLUMN max_partitions_per_batch INTEGER NOT NULL DEFAULT 31;
+ALTER TABLE datasets ADD COLUMN deadline TEXT;
+ALTER TABLE datasets ADD COLUMN webhook_url TEXT;
+
+-- When the task reported that its write to the target committed.
+ALTER TABLE batches ADD COLUMN written_at TEXT;
+
+CREATE TABLE alerts (
+    id                 INTEGER PRIMARY KEY AUTOINCREMENT,
+    -- One alert per cause: 'rejected:<batch_id>', 'deadline_missed:<dataset>:<dt>', …
+    dedup_key          TEXT NOT NULL UNIQUE,
+    kind               TEXT NOT NULL,
+    state              TEXT NOT NULL,
+    severity           TEXT NOT NULL,
+    task               TEXT,
+    dataset            TEXT NOT NULL,
+    dt                 TEXT,
+    partitions         TEXT NOT NULL,
+    batch_id           TEXT,
+    stage              TEXT,
+    category           TEXT,
+    failing_checks     TEXT NOT NULL,
+    downstream         TEXT NOT NULL,
+    owner              TEXT,
+    recommended_action TEXT NOT NULL,
+    retryable          BOOLEAN NOT NULL,
+    message            TEXT NOT NULL,
+    raised_at          TEXT NOT NULL,
+    resolved_at        TEXT
+);
+CREATE INDEX alerts_state ON alerts (state, id);
+CREATE INDEX alerts_dataset_dt ON alerts (dataset, dt, state);
+
+-- Alerts waiting to be POSTed to webhooks: written in the transaction that
+-- raised the alert, so none is lost, and retried until delivered.
+CREATE TABLE webhook_outbox (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    alert_id        INTEGER NOT NULL REFERENCES alerts (id),
+    url             TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    payload         TEXT NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at TEXT NOT NULL,
+    claimed_until   TEXT,
+    delivered_at    TEXT,
+    last_error      TEXT,
+    created_at      TEXT NOT NULL
+);
+CREATE INDEX webhook_outbox_due ON webhook_outbox (delivered_at, next_attempt_at);

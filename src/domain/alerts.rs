@@ -1,0 +1,119 @@
+//! What an alert tells the person on call: how bad, who owns it, what to do.
+
+use super::batch::{FailCategory, FailStage};
+use super::checks::CheckStatus;
+use super::policy::{string_enum, Tier};
+
+string_enum! {
+    AlertKind { Rejected = "rejected", Failed = "failed", Abandoned = "abandoned", DeadlineMissed = "deadline_missed", StaleDownstream = "stale_downstream" }
+}
+
+string_enum! {
+    Severity { Critical = "critical", Warning = "warning", Info = "info" }
+}
+
+string_enum! {
+    Action {
+        WaitForRetry = "wait_for_retry",
+        CleanResidueThenRerun = "clean_residue_then_rerun",
+        FixSourceData = "fix_source_data",
+        FixCodeThenRerun = "fix_code_then_rerun",
+        RecomputeDownstream = "recompute_downstream",
+    }
+}
+
+/// A core dataset pages; scratch data only informs.
+pub fn severity(tier: Tier) -> Severity {
+    match tier {
+        Tier::Core => Severity::Critical,
+        Tier::Standard => Severity::Warning,
+        Tier::Scratch => Severity::Info,
+    }
+}
+
+/// Who should act on a failure, relative to the failing dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerOf {
+    /// The owners of the datasets the batch read (bad source data).
+    Upstream,
+    /// The owner of the dataset itself.
+    Dataset,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advice {
+    pub action: Action,
+    pub owner: OwnerOf,
+    pub retryable: bool,
+}
+
+/// A task's reported failure.
+pub fn for_failure(category: FailCategory, stage: FailStage) -> Advice {
+    let (action, owner, retryable) = match category {
+        FailCategory::Data => (Action::FixSourceData, OwnerOf::Upstream, false),
+        FailCategory::Resource => (Action::WaitForRetry, OwnerOf::Dataset, true),
+        FailCategory::Logic => (Action::FixCodeThenRerun, OwnerOf::Dataset, false),
+        FailCategory::PartialWrite => (Action::CleanResidueThenRerun, OwnerOf::Dataset, true),
+        // Nothing known: if it may have written, clean first; else a retry is cheap.
+        FailCategory::Unknown if stage.may_have_written() => (Action::CleanResidueThenRerun, OwnerOf::Dataset, true),
+        FailCategory::Unknown => (Action::WaitForRetry, OwnerOf::Dataset, true),
+    };
+    Advice { action, owner, retryable }
+}
+
+/// A rejected commit, from the checks that failed: extra rows mean a dirty
+/// rerun (clean and rerun); wrong numbers mean the source is off.
+pub fn for_rejection<'a>(failed: impl IntoIterator<Item = (&'a str, CheckStatus)>) -> Advice {
+    let failed: Vec<&str> = failed.into_iter().filter(|(_, s)| *s == CheckStatus::Fail).map(|(n, _)| n).collect();
+    let source_problem = failed.iter().any(|n| matches!(*n, "volume_vs_baseline" | "source_reconciliation" | "null_keys" | "non_empty"));
+    let duplicate_problem = failed.iter().any(|n| matches!(*n, "rows_match_written" | "unique_keys" | "partitions_complete" | "marker_present"));
+    if source_problem && !duplicate_problem {
+        Advice { action: Action::FixSourceData, owner: OwnerOf::Upstream, retryable: false }
+    } else {
+        Advice { action: Action::CleanResidueThenRerun, owner: OwnerOf::Dataset, retryable: true }
+    }
+}
+
+/// A batch whose lease ran out: it may have written part of its rows.
+pub fn for_abandoned() -> Advice {
+    Advice { action: Action::CleanResidueThenRerun, owner: OwnerOf::Dataset, retryable: true }
+}
+
+/// A missed deadline, from the state of the partition that holds it up.
+pub fn for_deadline(blocking_state: &str) -> Advice {
+    match blocking_state {
+        "running" => Advice { action: Action::WaitForRetry, owner: OwnerOf::Dataset, retryable: true },
+        _ => Advice { action: Action::CleanResidueThenRerun, owner: OwnerOf::Dataset, retryable: true },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn categories_set_action_and_owner() {
+        assert_eq!(for_failure(FailCategory::Data, FailStage::Read), Advice { action: Action::FixSourceData, owner: OwnerOf::Upstream, retryable: false });
+        assert!(for_failure(FailCategory::Resource, FailStage::Compute).retryable);
+        assert_eq!(for_failure(FailCategory::Resource, FailStage::Compute).action, Action::WaitForRetry);
+        assert_eq!(for_failure(FailCategory::Logic, FailStage::Compute).action, Action::FixCodeThenRerun);
+        assert_eq!(for_failure(FailCategory::PartialWrite, FailStage::Write).action, Action::CleanResidueThenRerun);
+        assert_eq!(for_failure(FailCategory::Unknown, FailStage::Write).action, Action::CleanResidueThenRerun);
+        assert_eq!(for_failure(FailCategory::Unknown, FailStage::Read).action, Action::WaitForRetry);
+    }
+
+    #[test]
+    fn rejections_split_into_duplicates_and_bad_sources() {
+        assert_eq!(for_rejection([("unique_keys", CheckStatus::Fail)]).action, Action::CleanResidueThenRerun);
+        assert_eq!(for_rejection([("rows_match_written", CheckStatus::Fail)]).action, Action::CleanResidueThenRerun);
+        assert_eq!(for_rejection([("volume_vs_baseline", CheckStatus::Fail)]).action, Action::FixSourceData);
+        assert_eq!(for_rejection([("source_reconciliation", CheckStatus::Fail), ("unique_keys", CheckStatus::Pass)]).action, Action::FixSourceData);
+        assert_eq!(for_rejection([("null_keys", CheckStatus::Fail)]).owner, OwnerOf::Upstream);
+    }
+
+    #[test]
+    fn tiers_set_severity() {
+        assert_eq!(severity(Tier::Core), Severity::Critical);
+        assert_eq!(severity(Tier::Scratch), Severity::Info);
+    }
+}

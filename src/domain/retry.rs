@@ -1,0 +1,122 @@
+//! Is it safe to retry, and what must be cleaned first? The answer depends on
+//! how the dataset is written and on the residue earlier attempts left.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::policy::WriteMode;
+
+/// The `retry` object of a start response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetryAdvice {
+    pub safe: bool,
+    /// What to clean before writing: `{}` when nothing.
+    pub cleanup: Value,
+    pub reason: String,
+}
+
+/// Why a start is refused outright.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub code: &'static str,
+    pub message: String,
+    pub details: Value,
+}
+
+/// The statement that removes the rows residue batches wrote.
+pub fn delete_statement(dataset: &str, batch_ids: &[String]) -> String {
+    let ids: Vec<String> = batch_ids.iter().map(|b| format!("'{}'", b.replace('\'', "''"))).collect();
+    format!("DELETE FROM {dataset} WHERE batch_id IN ({})", ids.join(", "))
+}
+
+/// Decides whether a start may go ahead over `residue` (earlier batches that
+/// may have left rows), and what the task must do first.
+pub fn advise(mode: WriteMode, dataset: &str, has_unique_key: bool, residue: &[String], cleaned: &[String]) -> Result<RetryAdvice, Refusal> {
+    let cleanup = || json!({"batch_ids": residue, "statement": delete_statement(dataset, residue)});
+    match mode {
+        WriteMode::OverwritePartition => Ok(RetryAdvice {
+            safe: true,
+            cleanup: json!({}),
+            reason: "overwrite_partition: the rewrite replaces every earlier row of the partitions".into(),
+        }),
+        WriteMode::DeleteInsertByBatch if residue.is_empty() => {
+            Ok(RetryAdvice { safe: true, cleanup: json!({}), reason: "delete_insert_by_batch: no earlier attempt left rows".into() })
+        }
+        WriteMode::DeleteInsertByBatch => Ok(RetryAdvice {
+            safe: true,
+            cleanup: cleanup(),
+            reason: format!("delete_insert_by_batch: safe after deleting the rows of {} earlier attempt(s)", residue.len()),
+        }),
+        WriteMode::Merge if has_unique_key => {
+            Ok(RetryAdvice { safe: true, cleanup: json!({}), reason: "merge on the unique key: re-merging the same rows is idempotent".into() })
+        }
+        WriteMode::Merge if residue.is_empty() => Ok(RetryAdvice {
+            safe: false,
+            cleanup: json!({}),
+            reason: "merge without a unique key: a retry after a partial write would duplicate rows".into(),
+        }),
+        WriteMode::Merge => Err(Refusal {
+            code: "unsafe_retry",
+            message: "the dataset merges without a unique key, so retrying over an earlier attempt's rows would duplicate them; set unique_key or clean the partitions by hand".into(),
+            details: json!({"residue": residue, "write_mode": mode}),
+        }),
+        WriteMode::Append => {
+            let missing: Vec<&String> = residue.iter().filter(|r| !cleaned.contains(r)).collect();
+            if missing.is_empty() {
+                let reason = if residue.is_empty() {
+                    "append: no earlier attempt left rows".to_owned()
+                } else {
+                    format!("append: the rows of {} earlier attempt(s) were cleaned (acknowledged)", residue.len())
+                };
+                Ok(RetryAdvice { safe: true, cleanup: json!({}), reason })
+            } else {
+                Err(Refusal {
+                    code: "cleanup_required",
+                    message: format!(
+                        "earlier attempts {} may have appended rows; delete them, then start again with cleaned_batch_ids naming every one",
+                        missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                    details: json!({"residue": residue, "not_cleaned": missing, "statement": delete_statement(dataset, residue)}),
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn overwrite_is_always_safe() {
+        let a = advise(WriteMode::OverwritePartition, "d", false, &ids(&["b-1"]), &[]).unwrap();
+        assert!(a.safe);
+        assert_eq!(a.cleanup, json!({}));
+    }
+
+    #[test]
+    fn delete_insert_lists_the_cleanup_statement() {
+        let a = advise(WriteMode::DeleteInsertByBatch, "dws.x", false, &ids(&["t-20260824-002", "t-20260824-003"]), &[]).unwrap();
+        assert!(a.safe);
+        assert_eq!(a.cleanup["statement"], "DELETE FROM dws.x WHERE batch_id IN ('t-20260824-002', 't-20260824-003')");
+    }
+
+    #[test]
+    fn merge_needs_a_unique_key() {
+        assert!(advise(WriteMode::Merge, "d", true, &ids(&["b"]), &[]).unwrap().safe);
+        assert!(!advise(WriteMode::Merge, "d", false, &[], &[]).unwrap().safe);
+        assert_eq!(advise(WriteMode::Merge, "d", false, &ids(&["b"]), &[]).unwrap_err().code, "unsafe_retry");
+    }
+
+    #[test]
+    fn append_requires_every_residue_batch_to_be_acknowledged() {
+        let residue = ids(&["b1", "b2"]);
+        assert_eq!(advise(WriteMode::Append, "d", true, &residue, &ids(&["b1"])).unwrap_err().code, "cleanup_required");
+        assert!(advise(WriteMode::Append, "d", true, &residue, &residue).unwrap().safe);
+        assert!(advise(WriteMode::Append, "d", true, &[], &[]).unwrap().safe);
+    }
+}

@@ -1,0 +1,136 @@
+//! Alerts and their webhook outbox. An alert is raised in the transaction
+//! that made the state change it reports, together with its outbox rows, so
+//! an alert is never lost between the registry and the webhook.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Serialize;
+use serde_json::{json, Value};
+use sqlx::types::Json;
+
+use super::db::{args, Conn};
+use crate::domain::alerts::{Action, AlertKind, Severity};
+use crate::error::Result;
+
+/// An alert about to be raised.
+#[derive(Debug, Clone)]
+pub(super) struct NewAlert {
+    pub kind: AlertKind,
+    /// At most one alert per key, ever: raising twice is a no-op.
+    pub dedup_key: String,
+    pub severity: Severity,
+    pub task: Option<String>,
+    pub dataset: String,
+    pub dt: Option<NaiveDate>,
+    pub partitions: Vec<String>,
+    pub batch_id: Option<String>,
+    pub stage: Option<String>,
+    pub category: Option<String>,
+    pub failing_checks: Value,
+    pub owner: Option<String>,
+    pub action: Action,
+    pub retryable: bool,
+    pub message: String,
+}
+
+pub(super) const ALERT_COLUMNS: &str = "id, kind, state, severity, task, dataset, dt, partitions, batch_id, stage, category, \
+     failing_checks, downstream, owner, recommended_action, retryable, message, raised_at, resolved_at";
+
+/// An alert as the API and the webhooks show it.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct AlertRecord {
+    pub id: i64,
+    pub kind: String,
+    pub state: String,
+    pub severity: String,
+    pub task: Option<String>,
+    pub dataset: String,
+    pub dt: Option<NaiveDate>,
+    pub partitions: Json<Vec<String>>,
+    pub batch_id: Option<String>,
+    pub stage: Option<String>,
+    pub category: Option<String>,
+    pub failing_checks: Json<Value>,
+    pub downstream: Json<Value>,
+    pub owner: Option<String>,
+    pub recommended_action: String,
+    pub retryable: bool,
+    pub message: String,
+    pub raised_at: DateTime<Utc>,
+    pub resolved_at: Option<DateTime<Utc>>,
+}
+
+/// Raises an alert unless one with the same key exists, and queues it for
+/// every webhook. Returns the new alert's id.
+pub(super) async fn raise(c: &mut Conn<'_>, a: NewAlert, webhooks: &[String], now: DateTime<Utc>) -> Result<Option<i64>> {
+    let sql = format!(
+        "INSERT INTO alerts (dedup_key, kind, state, severity, task, dataset, dt, partitions, batch_id, stage, category, \
+           failing_checks, downstream, owner, recommended_action, retryable, message, raised_at) \
+         VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+         ON CONFLICT (dedup_key) DO NOTHING RETURNING {ALERT_COLUMNS}"
+    );
+    let inserted: Option<AlertRecord> = c
+        .opt(
+            &sql,
+            args![
+                a.dedup_key,
+                a.kind.as_str(),
+                a.severity.as_str(),
+                a.task,
+                &a.dataset,
+                a.dt,
+                json!(a.partitions),
+                a.batch_id,
+                a.stage,
+                a.category,
+                a.failing_checks,
+                json!([]),
+                a.owner,
+                a.action.as_str(),
+                a.retryable,
+                a.message,
+                now
+            ],
+        )
+        .await?;
+    let Some(alert) = inserted else { return Ok(None) };
+    let payload = serde_json::to_value(&alert).map_err(anyhow::Error::from)?;
+    let mut urls: Vec<&String> = webhooks.iter().collect();
+    urls.dedup();
+    for url in urls {
+        c.exec(
+            "INSERT INTO webhook_outbox (alert_id, url, idempotency_key, payload, next_attempt_at, created_at) VALUES ($1, $2, $3, $4, $5, $5)",
+            args![alert.id, url, format!("batchgate-alert-{}", alert.id), payload.clone(), now],
+        )
+        .await?;
+    }
+    Ok(Some(alert.id))
+}
+
+/// Resolves every open alert of a data date whose partitions are all ready.
+pub(super) async fn resolve_ready(c: &mut Conn<'_>, dataset: &str, dt: NaiveDate, now: DateTime<Utc>) -> Result<()> {
+    let open: Vec<(i64, Json<Vec<String>>)> =
+        c.all("SELECT id, partitions FROM alerts WHERE dataset = $1 AND dt = $2 AND state = 'open'", args![dataset, dt]).await?;
+    for (id, parts) in open {
+        let mut all_ready = true;
+        for p in &parts.0 {
+            let state: Option<(String,)> =
+                c.opt("SELECT state FROM partitions WHERE dataset = $1 AND partition_spec = $2", args![dataset, p]).await?;
+            all_ready &= state.is_some_and(|(s,)| s == "ready");
+        }
+        if all_ready {
+            c.exec("UPDATE alerts SET state = 'resolved', resolved_at = $2 WHERE id = $1", args![id, now]).await?;
+        }
+    }
+    Ok(())
+}
+
+/// One webhook delivery to make.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OutboxItem {
+    pub id: i64,
+    pub alert_id: i64,
+    pub url: String,
+    pub idempotency_key: String,
+    pub payload: Json<Value>,
+    pub attempts: i64,
+}

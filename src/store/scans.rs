@@ -1,0 +1,235 @@
+//! What the background scans do: lease expiry, deadlines, webhook outbox;
+//! and the `written` report. Each decision is taken under the dataset's
+//! write lock after re-reading the row, so with several replicas scanning at
+//! once a batch is abandoned, or an alert raised, exactly once.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde_json::json;
+
+use super::alerts::{self, AlertRecord, NewAlert, OutboxItem, ALERT_COLUMNS};
+use super::batches::{load_batch, load_policy, load_record, not_found};
+use super::db::{args, Arg};
+use super::records::{BatchRecord, DatasetRow, DATASET_COLUMNS};
+use super::{AlertQuery, Page, SqlStore};
+use crate::changes::Change;
+use crate::domain::alerts::{self as alert_rules, AlertKind};
+use crate::domain::batch::BatchState;
+use crate::domain::names::PartitionSpec;
+use crate::error::{Error, Result};
+
+/// How long a replica holds a claimed webhook delivery before another may
+/// take it over (it died mid-delivery).
+const CLAIM_SECONDS: i64 = 60;
+
+impl SqlStore {
+    pub(super) async fn do_record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord> {
+        let now = self.now();
+        let (mut tx, b) = self.lock_batch(batch_id).await?;
+        if b.state() != BatchState::Running {
+            return Err(Error::conflict(
+                "batch_not_running",
+                format!("batch {batch_id} is {}, not running", b.state),
+                json!({"batch_id": batch_id, "state": b.state}),
+            ));
+        }
+        let mut c = tx.conn();
+        for (i, (p, rows)) in partitions.iter().enumerate() {
+            let n = c
+                .exec(
+                    "UPDATE task_produce_log SET rows_written = $3 WHERE batch_id = $1 AND target_partition = $2",
+                    args![batch_id, p.as_str(), *rows],
+                )
+                .await?;
+            if n == 0 {
+                return Err(Error::invalid_code(
+                    "unknown_partition",
+                    format!("partitions[{i}].partition"),
+                    format!("{p} is not one of the partitions batch {batch_id} declared"),
+                ));
+            }
+        }
+        c.exec("UPDATE batches SET written_at = $2 WHERE batch_id = $1", args![batch_id, now]).await?;
+        let detail: Vec<_> = partitions.iter().map(|(p, n)| json!({"partition": p.as_str(), "rows_written": n})).collect();
+        c.exec(
+            "INSERT INTO batch_events (batch_id, kind, at, detail) VALUES ($1, 'written', $2, $3)",
+            args![batch_id, now, json!({"partitions": detail})],
+        )
+        .await?;
+        let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    pub(super) async fn do_expire_leases(&self) -> Result<Vec<String>> {
+        let now = self.now();
+        let candidates: Vec<(String, String)> = {
+            let mut r = self.read().await?;
+            r.conn()
+                .all("SELECT batch_id, dataset FROM batches WHERE state = 'running' AND lease_expires_at < $1 ORDER BY id", args![now])
+                .await?
+        };
+        let mut abandoned = Vec::new();
+        for (batch_id, dataset) in candidates {
+            let mut tx = self.begin_write(&[&dataset]).await?;
+            let mut c = tx.conn();
+            // Another replica may have got here first, or a heartbeat came.
+            let Some(b) = load_batch(&mut c, &batch_id).await? else { continue };
+            if b.state() != BatchState::Running || b.lease_expires_at >= now {
+                continue;
+            }
+            let policy = load_policy(&mut c, &dataset).await?.policy();
+            let parts = self.abandon(&mut c, &b, None, &policy, now).await?;
+            self.finish(tx, vec![Change { dataset, partitions: Some(parts) }]).await?;
+            abandoned.push(batch_id);
+        }
+        Ok(abandoned)
+    }
+
+    pub(super) async fn do_check_deadlines(&self) -> Result<usize> {
+        let now = self.now();
+        let datasets: Vec<DatasetRow> = {
+            let mut r = self.read().await?;
+            let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets WHERE deadline IS NOT NULL ORDER BY name");
+            r.conn().all(&sql, args![]).await?
+        };
+        let mut raised = 0;
+        for ds in datasets {
+            let policy = ds.policy();
+            let Some(deadline) = &policy.deadline else { continue };
+            let tz: chrono_tz::Tz = policy.timezone.parse().unwrap_or(chrono_tz::UTC);
+            // Every data date with at least one batch, and what holds it up.
+            let rows: Vec<(NaiveDate, String, String)> = {
+                let mut r = self.read().await?;
+                r.conn()
+                    .all("SELECT dt, partition_spec, state FROM partitions WHERE dataset = $1 ORDER BY dt, partition_spec", args![&ds.name])
+                    .await?
+            };
+            let mut late: BTreeMap<NaiveDate, Vec<(String, String)>> = BTreeMap::new();
+            for (dt, partition, state) in rows {
+                if state != "ready" {
+                    late.entry(dt).or_default().push((partition, state));
+                }
+            }
+            for (dt, blocked) in late {
+                let due = match deadline.instant(dt, tz) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!(dataset = %ds.name, %dt, error = %e, "cannot place the deadline");
+                        continue;
+                    }
+                };
+                if now < due {
+                    continue;
+                }
+                let mut tx = self.begin_write(&[&ds.name]).await?;
+                let mut c = tx.conn();
+                let advice = alert_rules::for_deadline(&blocked[0].1);
+                let names: Vec<String> = blocked.iter().map(|(p, _)| p.clone()).collect();
+                let alert = NewAlert {
+                    kind: AlertKind::DeadlineMissed,
+                    dedup_key: format!("deadline_missed:{}:{dt}", ds.name),
+                    severity: alert_rules::severity(policy.tier),
+                    task: None,
+                    dataset: ds.name.clone(),
+                    dt: Some(dt),
+                    partitions: names.clone(),
+                    batch_id: None,
+                    stage: None,
+                    category: None,
+                    failing_checks: json!([]),
+                    owner: policy.owner.clone(),
+                    action: advice.action,
+                    retryable: advice.retryable,
+                    message: format!(
+                        "{} {dt} was due by {} and is not published: {}",
+                        ds.name,
+                        due.to_rfc3339(),
+                        blocked.iter().map(|(p, s)| format!("{p} is {s}")).collect::<Vec<_>>().join(", ")
+                    ),
+                };
+                if alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?.is_some() {
+                    raised += 1;
+                }
+                tx.commit().await?;
+            }
+        }
+        Ok(raised)
+    }
+
+    pub(super) async fn do_list_alerts(&self, q: &AlertQuery) -> Result<Page<AlertRecord>> {
+        let mut clauses = Vec::new();
+        let mut a: Vec<Arg> = Vec::new();
+        for (col, v) in [("state", &q.state), ("dataset", &q.dataset), ("severity", &q.severity), ("kind", &q.kind)] {
+            if let Some(v) = v {
+                a.push(v.into());
+                clauses.push(format!("{col} = ${}", a.len()));
+            }
+        }
+        if let Some(id) = q.after_id {
+            a.push(id.into());
+            clauses.push(format!("id < ${}", a.len()));
+        }
+        let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
+        let sql = format!("SELECT {ALERT_COLUMNS} FROM alerts {filter} ORDER BY id DESC LIMIT {}", q.limit + 1);
+        let mut r = self.read().await?;
+        let mut items: Vec<AlertRecord> = r.conn().all(&sql, a).await?;
+        let more = items.len() as i64 > q.limit;
+        items.truncate(q.limit as usize);
+        let next = items.last().filter(|_| more).map(|x| json!([x.id]));
+        Ok(Page { items, next })
+    }
+
+    pub(super) async fn do_claim_webhooks(&self, limit: i64) -> Result<Vec<OutboxItem>> {
+        let now = self.now();
+        let until = now + chrono::Duration::seconds(CLAIM_SECONDS);
+        let mut r = self.read().await?;
+        let mut c = r.conn();
+        let due: Vec<OutboxItem> = c
+            .all(
+                &format!(
+                    "SELECT id, alert_id, url, idempotency_key, payload, attempts FROM webhook_outbox \
+                     WHERE delivered_at IS NULL AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1) \
+                     ORDER BY id LIMIT {limit}"
+                ),
+                args![now],
+            )
+            .await?;
+        let mut claimed = Vec::new();
+        for item in due {
+            // Conditional update: of two replicas racing for a row, one wins.
+            let n = c
+                .exec(
+                    "UPDATE webhook_outbox SET claimed_until = $2 \
+                     WHERE id = $1 AND delivered_at IS NULL AND (claimed_until IS NULL OR claimed_until < $3)",
+                    args![item.id, until, now],
+                )
+                .await?;
+            if n == 1 {
+                claimed.push(item);
+            }
+        }
+        Ok(claimed)
+    }
+
+    pub(super) async fn do_webhook_delivered(&self, id: i64) -> Result<()> {
+        let now = self.now();
+        let mut r = self.read().await?;
+        r.conn()
+            .exec("UPDATE webhook_outbox SET delivered_at = $2, attempts = attempts + 1, claimed_until = NULL WHERE id = $1", args![id, now])
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn do_webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()> {
+        let mut r = self.read().await?;
+        r.conn()
+            .exec(
+                "UPDATE webhook_outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3, claimed_until = NULL WHERE id = $1",
+                args![id, error, retry_at],
+            )
+            .await?;
+        Ok(())
+    }
+}
