@@ -11,14 +11,16 @@
 //!    at the end; skipped, loudly, when the server cannot be reached;
 //!
 //! and prints each one's throughput as a share of the baseline, PASS or FAIL
-//! against the 50% target. It then checks that no answer is stale: batches are
-//! started and committed through one instance while `/ready` is polled on
-//! another (on SQLite, the same single instance).
+//! against the 50% target. Before that it checks that no answer is stale:
+//! batches are started and committed through one instance while `/ready` is
+//! polled on another (on SQLite, the same single instance).
 //!
 //! The servers run in-process. The load generator is 32 tokio tasks, each
 //! holding one keep-alive connection and writing pre-built HTTP/1.1 requests
 //! that cycle over 1,000 of the seeded partitions; after the warm-up those are
-//! in batchgate's readiness cache, so the window measures the cached path.
+//! in batchgate's readiness cache, so the windows measure the cached path. The
+//! servers take turns, a short window each, four rounds over, so that other
+//! work on the machine weighs on all of them alike.
 //!
 //! Run: `cargo bench --bench ready` (beside another build in the same checkout,
 //! add `CARGO_TARGET_DIR=<another dir>` so the two do not wait on each other).
@@ -202,10 +204,11 @@ impl PgDatabase {
         }))
     }
 
+    /// Drops the database; FORCE, as the instances' pools are still open.
     async fn remove(mut self) -> Result<()> {
-        // FORCE: the instances' pools are still open.
         let sql = format!("DROP DATABASE {} WITH (FORCE)", self.name);
         self.admin.execute(sql.as_str()).await?;
+        self.admin.close().await?;
         println!("postgres: dropped database {}", self.name);
         Ok(())
     }

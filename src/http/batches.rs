@@ -48,6 +48,32 @@ struct StartBody {
     lease_seconds: Option<i64>,
     /// Residue batches whose rows the task deleted before this start.
     cleaned_batch_ids: Option<Vec<String>>,
+    /// Partitions of other datasets the batch reads.
+    inputs: Option<Vec<InputRef>>,
+    allow_unready_inputs: Option<bool>,
+    repair_id: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputRef {
+    dataset: String,
+    partition: String,
+}
+
+fn input_refs(raw: Vec<InputRef>) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, r) in raw.into_iter().enumerate() {
+        DatasetName::parse(&r.dataset).map_err(|e| Error::invalid(format!("inputs[{i}].dataset"), e.to_string()))?;
+        PartitionSpec::parse(&r.partition)
+            .map_err(|e| Error::invalid_code("invalid_partition", format!("inputs[{i}].partition"), e.to_string()))?;
+        let pair = (r.dataset, r.partition);
+        if out.contains(&pair) {
+            return Err(Error::invalid(format!("inputs[{i}]"), "this input is listed twice"));
+        }
+        out.push(pair);
+    }
+    Ok(out)
 }
 
 fn check_scope(scope: &Value) -> Result<()> {
@@ -151,6 +177,9 @@ async fn start(
             fingerprint: body.canonical,
             wildcard_partitions,
             cleaned_batch_ids: b.cleaned_batch_ids.unwrap_or_default(),
+            inputs: input_refs(b.inputs.unwrap_or_default())?,
+            allow_unready_inputs: b.allow_unready_inputs.unwrap_or(false),
+            repair_id: b.repair_id,
         })
         .await?;
     let status = if started.created {

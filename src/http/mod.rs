@@ -4,6 +4,7 @@ mod alerts;
 mod batches;
 mod datasets;
 pub mod error;
+mod lineage;
 mod partitions;
 mod query;
 mod ready;
@@ -42,6 +43,7 @@ pub fn router(state: AppState) -> Router {
         .merge(alerts::router())
         .merge(batches::router())
         .merge(datasets::router())
+        .merge(lineage::router())
         .merge(partitions::router())
         .merge(ready::router())
         .merge(service::router())

@@ -193,6 +193,32 @@ fn published(r: &PartitionRecord) -> Value {
     json!({"partition": r.partition, "version": r.version, "batch_id": r.published_batch_id, "row_count": r.row_count, "published_at": r.published_at})
 }
 
+/// A published partition as a ready answer shows it. A later version is a
+/// restatement and names what it replaced, so a consumer that accumulates
+/// can subtract the old contribution instead of adding twice.
+fn ready_entry(r: &PartitionRecord) -> Value {
+    let mut v = published(r);
+    v["restatement"] = json!(r.version > 1);
+    if r.version > 1 {
+        v["supersedes"] = json!({"version": r.version - 1, "batch_id": r.prev_published_batch_id, "row_count": r.prev_published_row_count});
+    }
+    v
+}
+
+/// Why a partition is not ready: its latest batch's state first, then an
+/// invalidation, then stale upstream data.
+fn why_not(r: &PartitionRecord) -> Option<&str> {
+    if r.state != "ready" {
+        Some(&r.state)
+    } else if r.invalidated_reason.is_some() {
+        Some("invalidated")
+    } else if r.stale_upstream.is_some() {
+        Some("stale_upstream")
+    } else {
+        None
+    }
+}
+
 fn not_ready(reason: &str, extra: Value) -> Answer {
     let mut body = json!({"ready": false, "reason": reason});
     if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
@@ -205,34 +231,33 @@ fn judge(dataset: &str, partitions: &[String], found: Vec<Option<PartitionRecord
     let blocker = partitions
         .iter()
         .zip(&found)
-        .find(|(_, f)| f.as_ref().is_none_or(|r| r.state != "ready"));
+        .find(|(_, f)| f.as_ref().is_none_or(|r| why_not(r).is_some()));
     if let Some((name, rec)) = blocker {
         let each: Vec<Value> = partitions
             .iter()
             .zip(&found)
             .map(|(p, f)| match f {
                 None => json!({"partition": p, "state": "no_batch"}),
-                Some(r) => json!({"partition": p, "state": r.state, "batch_id": r.batch_id, "version": r.version}),
+                Some(r) => json!({"partition": p, "state": why_not(r).unwrap_or("ready"), "batch_id": r.batch_id, "version": r.version}),
             })
             .collect();
-        let (reason, batch_id, last) = match rec {
-            None => ("no_batch", None, Value::Null),
-            Some(r) => (
-                r.state.as_str(),
-                r.batch_id.clone(),
-                if r.version > 0 {
-                    published(r)
-                } else {
-                    Value::Null
-                },
-            ),
+        let Some(r) = rec else {
+            return not_ready(
+                "no_batch",
+                json!({"dataset": dataset, "partition": name, "batch_id": null, "last_published": null, "partitions": each}),
+            );
         };
-        return not_ready(
-            reason,
-            json!({"dataset": dataset, "partition": name, "batch_id": batch_id, "last_published": last, "partitions": each}),
-        );
+        let mut extra = json!({"dataset": dataset, "partition": name, "batch_id": r.batch_id,
+            "last_published": if r.version > 0 { published(r) } else { Value::Null }, "partitions": each});
+        if let Some(up) = &r.stale_upstream {
+            extra["upstream"] = up.0.clone();
+        }
+        if let Some(why) = &r.invalidated_reason {
+            extra["invalidated_reason"] = json!(why);
+        }
+        return not_ready(why_not(r).unwrap_or("ready"), extra);
     }
-    let items: Vec<Value> = found.iter().flatten().map(published).collect();
+    let items: Vec<Value> = found.iter().flatten().map(ready_entry).collect();
     Answer {
         ready: true,
         body: json!({"ready": true, "dataset": dataset, "partitions": items}),

@@ -13,6 +13,7 @@ use super::{Decision, FailReport, Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
 use crate::domain::batch::{leaves_residue, touches_table, BatchState, FailStage};
 use super::alerts::{self, NewAlert};
+use super::lineage;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
 use crate::domain::checks::{self, CheckResult, CommitEvidence, PartitionHistory};
 use crate::domain::policy::{DatasetPolicy, WriteMode};
@@ -23,7 +24,7 @@ use crate::error::{Error, Result};
 
 pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
-     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, decision_status, decision_body, written_at";
+     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, decision_status, decision_body, written_at, allow_unready_inputs, repair_id";
 
 pub(super) const LOG_COLUMNS: &str =
     "batch_id, target_partition, status, rows_written, row_count, distinct_keys, null_keys, metrics, version, finish_time";
@@ -51,7 +52,8 @@ pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Opti
             args![batch_id],
         )
         .await?;
-    Ok(Some(BatchRecord::assemble(b, logs, Some(events))))
+    let inputs = lineage::inputs_of(c, batch_id).await?;
+    Ok(Some(BatchRecord::assemble(b, logs, inputs, Some(events))))
 }
 
 async fn event(
@@ -199,7 +201,9 @@ impl SqlStore {
                 let residue = serde_json::from_value::<Vec<Residue>>(detail["residue"].clone()).unwrap_or_default();
                 let retry = serde_json::from_value::<RetryAdvice>(detail["retry"].clone())
                     .map_err(|e| anyhow::anyhow!("started event of {} lacks its retry advice: {e}", b.batch_id))?;
+                let inputs = lineage::inputs_of(&mut c, &b.batch_id).await?;
                 return Ok(Started {
+                    inputs,
                     state: b.state(),
                     batch_id: b.batch_id,
                     seq: b.seq,
@@ -218,6 +222,23 @@ impl SqlStore {
         .await?;
         let policy = load_policy(&mut c, dataset).await?.policy();
         guard_scope(&policy, &req)?;
+        if let Some(repair) = req.repair_id {
+            let found: Option<(i64,)> = c.opt("SELECT id FROM repairs WHERE id = $1", args![repair]).await?;
+            if found.is_none() {
+                return Err(Error::invalid("repair_id", format!("no repair plan {repair}")));
+            }
+        }
+        let (inputs, unready) = lineage::resolve_inputs(&mut c, &req.inputs).await?;
+        if !unready.is_empty() && !req.allow_unready_inputs {
+            return Err(Error::conflict(
+                "upstream_not_ready",
+                format!(
+                    "inputs not ready: {}",
+                    unready.iter().map(|u| format!("{} {} ({})", u.dataset, u.partition, u.reason)).collect::<Vec<_>>().join(", ")
+                ),
+                json!({"inputs": unready}),
+            ));
+        }
 
         // Who else is writing these partitions?
         let mut blocking: BTreeMap<String, (BatchRow, Vec<String>)> = BTreeMap::new();
@@ -299,11 +320,11 @@ impl SqlStore {
         let (id,): (i64,) = c
             .one(
                 "INSERT INTO batches (batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
-                   request_fingerprint, lease_seconds, lease_expires_at, started_at) \
-                 VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
+                   request_fingerprint, lease_seconds, lease_expires_at, started_at, allow_unready_inputs, repair_id) \
+                 VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING id",
                 args![
                     &batch_id, req.task.as_str(), dataset, req.dt, seq, req.trigger.as_str(), req.run_ref.clone(), req.scope.clone(),
-                    req.idempotency_key.clone(), &req.fingerprint, req.lease_seconds, lease_expires_at, now
+                    req.idempotency_key.clone(), &req.fingerprint, req.lease_seconds, lease_expires_at, now, req.allow_unready_inputs, req.repair_id
                 ],
             )
             .await?;
@@ -323,6 +344,7 @@ impl SqlStore {
             )
             .await?;
         }
+        lineage::record_inputs(&mut c, &batch_id, &inputs).await?;
         event(
             &mut c,
             &batch_id,
@@ -348,6 +370,7 @@ impl SqlStore {
             lease_expires_at,
             residue,
             retry,
+            inputs,
             created: true,
         })
     }
@@ -555,14 +578,17 @@ impl SqlStore {
         )
         .await?;
 
+        let mut downstream = Vec::new();
         let changed = if verdict.passed {
+            let mut published = Vec::new();
             for p in &evidence.partitions {
                 let (prev,): (Option<String>,) = c
                     .one("SELECT published_batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2", args![&b.dataset, p.partition.as_str()])
                     .await?;
                 let (version,): (i64,) = c
                     .one(
-                        "UPDATE partitions SET version = version + 1, published_batch_id = $3, published_row_count = $4, published_at = $5 \
+                        "UPDATE partitions SET version = version + 1, published_batch_id = $3, published_row_count = $4, published_at = $5, \
+                           prev_published_batch_id = published_batch_id, prev_published_row_count = published_row_count \
                          WHERE dataset = $1 AND partition_spec = $2 RETURNING version",
                         args![&b.dataset, p.partition.as_str(), batch_id, p.row_count, now],
                     )
@@ -575,8 +601,12 @@ impl SqlStore {
                 if let Some(prev) = prev {
                     supersede(&mut c, &prev, p.partition.as_str(), batch_id, now).await?;
                 }
+                published.push((p.partition.to_string(), version));
             }
             let changed = settle(&mut c, &b, BatchState::Published, now).await?;
+            for (partition, version) in &published {
+                lineage::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut downstream).await?;
+            }
             event(
                 &mut c,
                 batch_id,
@@ -641,14 +671,9 @@ impl SqlStore {
             args![batch_id, i64::from(status), body.clone()],
         )
         .await?;
-        self.finish(
-            tx,
-            vec![Change {
-                dataset: b.dataset.clone(),
-                partitions: Some(changed),
-            }],
-        )
-        .await?;
+        let mut all = vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }];
+        all.extend(downstream);
+        self.finish(tx, all).await?;
         Ok(Decision { status, body })
     }
 

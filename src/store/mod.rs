@@ -10,6 +10,7 @@
 mod alerts;
 mod batches;
 pub mod db;
+mod lineage;
 mod postgres;
 mod reads;
 mod records;
@@ -24,6 +25,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use alerts::{AlertRecord, OutboxItem};
+pub use lineage::{ChangeRecord, Direction, InputRecord, LineageGraph, UnreadyInput};
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
@@ -55,6 +57,12 @@ pub struct StartBatch {
     pub wildcard_partitions: Vec<(usize, String)>,
     /// Residue batches whose rows the task says it deleted (append mode).
     pub cleaned_batch_ids: Vec<String>,
+    /// `(dataset, partition)` the batch reads.
+    pub inputs: Vec<(String, String)>,
+    /// Start even if an input is not ready (recorded on the batch).
+    pub allow_unready_inputs: bool,
+    /// The repair plan this batch carries out.
+    pub repair_id: Option<i64>,
 }
 
 /// The answer to a start.
@@ -66,6 +74,7 @@ pub struct Started {
     pub lease_expires_at: DateTime<Utc>,
     pub residue: Vec<Residue>,
     pub retry: RetryAdvice,
+    pub inputs: Vec<InputRecord>,
     /// False when an `Idempotency-Key` replay returned an existing batch.
     #[serde(skip)]
     pub created: bool,
@@ -181,6 +190,13 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_webhooks(&self, limit: i64) -> Result<Vec<OutboxItem>>;
     async fn webhook_delivered(&self, id: i64) -> Result<()>;
     async fn webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()>;
+
+    /// Takes a partition out of service until a new batch publishes it;
+    /// everything built on it goes stale.
+    async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()>;
+    /// Readiness changes after feed position `after`, in commit order.
+    async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>>;
+    async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph>;
 }
 
 #[derive(Debug, Clone, Default)]
@@ -270,12 +286,15 @@ impl SqlStore {
         }
     }
 
-    /// A write transaction that holds the write lock of every named dataset
-    /// until it ends (SQLite: the database's one writer lock).
-    async fn begin_write(&self, datasets: &[&str]) -> Result<Tx> {
+    /// A write transaction holding the registry's single writer lock until it
+    /// ends (SQLite's own; an advisory lock on PostgreSQL). `_datasets` names
+    /// what the transaction writes; both backends serialise all writers, so
+    /// it is documentation for now (to be dropped once in-flight branches land).
+    async fn begin_write(&self, _datasets: &[&str]) -> Result<Tx> {
         Ok(match &self.backend {
             Backend::Sqlite(pool) => Tx::Sqlite(sqlite::begin_write(pool).await?),
-            Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool, datasets).await?),
+            // One lock for all writers there: see `postgres::begin_write`.
+            Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool).await?),
         })
     }
 

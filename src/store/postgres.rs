@@ -1,7 +1,7 @@
 //! PostgreSQL, for production: several stateless replicas share one database.
 //!
-//! Writers serialise per dataset on a transaction-scoped advisory lock, and
-//! every committed change is announced with `NOTIFY` so that each replica's
+//! Writers serialise on one transaction-scoped advisory lock, and every
+//! committed change is announced with `NOTIFY` so that each replica's
 //! readiness cache and long-poll waiters hear of it.
 
 use std::sync::Arc;
@@ -28,32 +28,20 @@ pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<PgPoo
     Ok(pool)
 }
 
-/// A stable 64-bit key for a dataset's advisory lock (FNV-1a: the same on
-/// every replica and every build, unlike `std`'s hasher).
-fn lock_key(dataset: &str) -> i64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in dataset.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h as i64
-}
+/// The advisory lock every writing transaction holds until it ends (the
+/// bytes of "batchgate" as a number, so it is recognisable in `pg_locks`).
+const WRITE_LOCK: i64 = 0x6261_7463_6867_6174;
 
-pub(super) async fn begin_write(
-    pool: &PgPool,
-    datasets: &[&str],
-) -> sqlx::Result<Transaction<'static, Postgres>> {
+/// Begins a write transaction holding the registry's write lock.
+///
+/// All writers, on every replica, take the same lock. A commit can change
+/// partitions of many datasets (lineage marks downstream partitions stale),
+/// and the change feed must number changes in commit order; one lock gives
+/// both without deadlocks. Registry writes are a few per batch, so the
+/// serialisation costs nothing noticeable; readers never take it.
+pub(super) async fn begin_write(pool: &PgPool) -> sqlx::Result<Transaction<'static, Postgres>> {
     let mut tx = pool.begin().await?;
-    // Sorted, so two transactions that lock the same datasets cannot deadlock.
-    let mut keys: Vec<i64> = datasets.iter().map(|d| lock_key(d)).collect();
-    keys.sort_unstable();
-    keys.dedup();
-    for k in keys {
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(k)
-            .execute(&mut *tx)
-            .await?;
-    }
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
     Ok(tx)
 }
 
@@ -131,13 +119,4 @@ async fn listen(pool: &PgPool) -> sqlx::Result<PgListener> {
     listener.eager_reconnect(false);
     listener.listen(CHANNEL).await?;
     Ok(listener)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn lock_keys_are_stable_across_builds() {
-        assert_eq!(super::lock_key(""), 0xcbf29ce484222325u64 as i64);
-        assert_ne!(super::lock_key("a"), super::lock_key("b"));
-    }
 }

@@ -8,6 +8,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use super::batches::{load_record, BATCH_COLUMNS, LOG_COLUMNS};
 use super::db::{args, Arg};
+use super::lineage::InputRecord;
 use super::records::{BatchRow, DatasetRow, LogRow, DATASET_COLUMNS};
 use super::*;
 use crate::changes::{ChangeHub, TaskLatest};
@@ -15,8 +16,8 @@ use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::domain::policy::DatasetPolicy;
 use crate::error::Result;
 
-const PARTITION_COLUMNS: &str =
-    "dataset, partition_spec, dt, state, batch_id, version, published_batch_id, published_row_count, published_at, updated_at";
+pub(super) const PARTITION_COLUMNS: &str = "dataset, partition_spec, dt, state, batch_id, version, published_batch_id, published_row_count, \
+     published_at, updated_at, stale_upstream, invalidated_reason, prev_published_batch_id, prev_published_row_count";
 
 
 /// `$first, $first+1, …` for `n` values: an `IN (…)` list.
@@ -206,24 +207,39 @@ impl Store for SqlStore {
             .filter(|_| more)
             .map(|b| serde_json::json!([b.id]));
         let ids: Vec<Arg> = rows.iter().map(|b| Arg::from(&b.batch_id)).collect();
-        let logs: Vec<LogRow> = if ids.is_empty() {
-            Vec::new()
+        let (logs, inputs): (Vec<LogRow>, Vec<(String, String, String, i64, Option<String>)>) = if ids.is_empty() {
+            (Vec::new(), Vec::new())
         } else {
-            let sql = format!(
-                "SELECT {LOG_COLUMNS} FROM task_produce_log WHERE batch_id IN ({}) ORDER BY batch_id, target_partition",
-                placeholders(1, ids.len())
-            );
-            c.all(&sql, ids).await?
+            let list = placeholders(1, ids.len());
+            let logs = c
+                .all(&format!("SELECT {LOG_COLUMNS} FROM task_produce_log WHERE batch_id IN ({list}) ORDER BY batch_id, target_partition"), ids.clone())
+                .await?;
+            let inputs = c
+                .all(
+                    &format!(
+                        "SELECT batch_id, input_dataset, input_partition, input_version, input_batch_id FROM batch_inputs \
+                         WHERE batch_id IN ({list}) ORDER BY batch_id, input_dataset, input_partition"
+                    ),
+                    ids,
+                )
+                .await?;
+            (logs, inputs)
         };
         let items = rows
             .into_iter()
             .map(|b| {
-                let mine = logs
+                let mine = logs.iter().filter(|l| l.batch_id == b.batch_id).cloned().collect();
+                let read = inputs
                     .iter()
-                    .filter(|l| l.batch_id == b.batch_id)
-                    .cloned()
+                    .filter(|i| i.0 == b.batch_id)
+                    .map(|(_, dataset, partition, version, batch_id)| InputRecord {
+                        dataset: dataset.clone(),
+                        partition: partition.clone(),
+                        version: *version,
+                        batch_id: batch_id.clone(),
+                    })
                     .collect();
-                BatchRecord::assemble(b, mine, None)
+                BatchRecord::assemble(b, mine, read, None)
             })
             .collect();
         Ok(Page { items, next })
@@ -330,5 +346,17 @@ impl Store for SqlStore {
 
     async fn webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()> {
         self.do_webhook_failed(id, error, retry_at).await
+    }
+
+    async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
+        self.do_invalidate(dataset, partition, reason).await
+    }
+
+    async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>> {
+        self.do_list_changes(after, dataset, limit).await
+    }
+
+    async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
+        self.do_lineage(dataset, partition, direction, depth).await
     }
 }

@@ -6,6 +6,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 
 use crate::domain::batch::BatchState;
+use super::lineage::InputRecord;
 use crate::domain::deadline::Deadline;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 
@@ -45,6 +46,8 @@ pub(super) struct BatchRow {
     pub decision_status: Option<i64>,
     pub decision_body: Option<Json<Value>>,
     pub written_at: Option<DateTime<Utc>>,
+    pub allow_unready_inputs: bool,
+    pub repair_id: Option<i64>,
 }
 
 impl BatchRow {
@@ -129,13 +132,17 @@ pub struct BatchRecord {
     pub superseded_by: Option<String>,
     /// When the task reported that its write to the target committed.
     pub written_at: Option<DateTime<Utc>>,
+    /// What the batch read, at the versions current when it started.
+    pub inputs: Vec<InputRecord>,
+    pub allow_unready_inputs: bool,
+    pub repair_id: Option<i64>,
     /// Left out of listings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<Event>>,
 }
 
 impl BatchRecord {
-    pub(super) fn assemble(b: BatchRow, logs: Vec<LogRow>, events: Option<Vec<EventRow>>) -> Self {
+    pub(super) fn assemble(b: BatchRow, logs: Vec<LogRow>, inputs: Vec<InputRecord>, events: Option<Vec<EventRow>>) -> Self {
         let state = b.state();
         let failure = b.fail_stage.clone().map(|stage| Failure {
             stage,
@@ -180,6 +187,9 @@ impl BatchRecord {
             failure,
             superseded_by: b.superseded_by,
             written_at: b.written_at,
+            inputs,
+            allow_unready_inputs: b.allow_unready_inputs,
+            repair_id: b.repair_id,
             events: events.map(|es| {
                 es.into_iter()
                     .map(|e| Event {
@@ -212,6 +222,14 @@ pub struct PartitionRecord {
     pub row_count: Option<i64>,
     pub published_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// Set while the current version was built on upstream data that has
+    /// since been restated or invalidated: names that upstream partition.
+    pub stale_upstream: Option<Json<Value>>,
+    /// Set while the partition is taken out of service.
+    pub invalidated_reason: Option<String>,
+    /// The version the current one replaced (`version - 1`).
+    pub prev_published_batch_id: Option<String>,
+    pub prev_published_row_count: Option<i64>,
 }
 
 impl PartitionRecord {
@@ -228,6 +246,10 @@ impl PartitionRecord {
             row_count: None,
             published_at: None,
             updated_at: DateTime::<Utc>::UNIX_EPOCH,
+            stale_upstream: None,
+            invalidated_reason: None,
+            prev_published_batch_id: None,
+            prev_published_row_count: None,
         }
     }
 }

@@ -10,6 +10,7 @@ mod concurrency;
 mod crash;
 mod faults;
 mod lifecycle;
+mod lineage;
 mod listing;
 mod long_poll;
 mod openapi;

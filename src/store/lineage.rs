@@ -1,0 +1,384 @@
+//! Lineage in the registry: what each batch read, and how a new version or
+//! an invalidation upstream makes the partitions built on the old data stale,
+//! transitively. Every readiness change is written to the change feed in the
+//! same transaction.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{json, Value};
+use sqlx::types::Json;
+
+use super::db::{args, Conn};
+use crate::changes::Change;
+use crate::error::Result;
+
+/// An input of a batch, resolved to the version it will read.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct InputRecord {
+    pub dataset: String,
+    pub partition: String,
+    /// The published version current at start; 0 when there was none.
+    pub version: i64,
+    pub batch_id: Option<String>,
+}
+
+/// An input that was not ready at start, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UnreadyInput {
+    pub dataset: String,
+    pub partition: String,
+    pub reason: String,
+    pub version: i64,
+}
+
+/// What the lineage rules need to know about a partition now.
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct Standing {
+    state: String,
+    version: i64,
+    published_batch_id: Option<String>,
+    stale_upstream: Option<Json<Value>>,
+    invalidated_reason: Option<String>,
+}
+
+impl Standing {
+    /// Why this partition is not fit to read, if it is not.
+    fn unfit(&self) -> Option<&str> {
+        if self.state != "ready" {
+            Some(&self.state)
+        } else if self.invalidated_reason.is_some() {
+            Some("invalidated")
+        } else if self.stale_upstream.is_some() {
+            Some("stale_upstream")
+        } else {
+            None
+        }
+    }
+}
+
+async fn standing(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Option<Standing>> {
+    Ok(c.opt(
+        "SELECT state, version, published_batch_id, stale_upstream, invalidated_reason FROM partitions \
+         WHERE dataset = $1 AND partition_spec = $2",
+        args![dataset, partition],
+    )
+    .await?)
+}
+
+/// Resolves each input to its current published version; returns the inputs
+/// and those of them that are not ready.
+pub(super) async fn resolve_inputs(c: &mut Conn<'_>, inputs: &[(String, String)]) -> Result<(Vec<InputRecord>, Vec<UnreadyInput>)> {
+    let mut resolved = Vec::new();
+    let mut unready = Vec::new();
+    for (dataset, partition) in inputs {
+        let s = standing(c, dataset, partition).await?;
+        let (version, batch_id) = s.as_ref().map(|s| (s.version, s.published_batch_id.clone())).unwrap_or((0, None));
+        let reason = match &s {
+            None => Some("no_batch"),
+            Some(s) => s.unfit(),
+        };
+        if let Some(reason) = reason {
+            unready.push(UnreadyInput { dataset: dataset.clone(), partition: partition.clone(), reason: reason.to_owned(), version });
+        }
+        resolved.push(InputRecord { dataset: dataset.clone(), partition: partition.clone(), version, batch_id });
+    }
+    Ok((resolved, unready))
+}
+
+pub(super) async fn record_inputs(c: &mut Conn<'_>, batch_id: &str, inputs: &[InputRecord]) -> Result<()> {
+    for i in inputs {
+        c.exec(
+            "INSERT INTO batch_inputs (batch_id, input_dataset, input_partition, input_version, input_batch_id) VALUES ($1, $2, $3, $4, $5)",
+            args![batch_id, &i.dataset, &i.partition, i.version, i.batch_id.clone()],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn inputs_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<InputRecord>> {
+    let rows: Vec<(String, String, i64, Option<String>)> = c
+        .all(
+            "SELECT input_dataset, input_partition, input_version, input_batch_id FROM batch_inputs WHERE batch_id = $1 \
+             ORDER BY input_dataset, input_partition",
+            args![batch_id],
+        )
+        .await?;
+    Ok(rows.into_iter().map(|(dataset, partition, version, batch_id)| InputRecord { dataset, partition, version, batch_id }).collect())
+}
+
+/// Appends a readiness change to the feed.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn emit(
+    c: &mut Conn<'_>,
+    kind: &str,
+    dataset: &str,
+    partition: &str,
+    version: i64,
+    batch_id: Option<&str>,
+    detail: Value,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    c.exec(
+        "INSERT INTO changes (kind, dataset, partition_spec, version, batch_id, at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        args![kind, dataset, partition, version, batch_id, now, detail],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Why a partition built from `input` at `built_on` is stale now, if it is.
+fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &Standing) -> Option<Value> {
+    let cause = if now.invalidated_reason.is_some() {
+        "invalidated"
+    } else if now.version > built_on {
+        "restated"
+    } else if now.stale_upstream.is_some() {
+        "stale"
+    } else {
+        return None;
+    };
+    Some(json!({"dataset": input_dataset, "partition": input_partition, "built_on_version": built_on,
+        "current_version": now.version, "cause": cause}))
+}
+
+/// After a batch published `partition` at `version`: records the change,
+/// clears an invalidation, decides whether the new version is itself stale
+/// (it read an input that has moved on), and makes everything built on the
+/// old version stale.
+pub(super) async fn on_published(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+    batch_id: &str,
+    version: i64,
+    now: DateTime<Utc>,
+    changed: &mut Vec<Change>,
+) -> Result<()> {
+    let before = standing(c, dataset, partition).await?;
+    let was_stale = before.as_ref().is_some_and(|s| s.stale_upstream.is_some());
+    emit(c, if version == 1 { "published" } else { "restated" }, dataset, partition, version, Some(batch_id), json!({}), now).await?;
+
+    let mut stale = None;
+    for input in inputs_of(c, batch_id).await? {
+        if let Some(s) = standing(c, &input.dataset, &input.partition).await? {
+            if let Some(why) = staleness(&input.dataset, &input.partition, input.version, &s) {
+                stale = Some(why);
+                break;
+            }
+        }
+    }
+    c.exec(
+        "UPDATE partitions SET invalidated_reason = NULL, invalidated_at = NULL, stale_upstream = $3 WHERE dataset = $1 AND partition_spec = $2",
+        args![dataset, partition, stale.clone()],
+    )
+    .await?;
+    match (&stale, was_stale) {
+        (Some(why), _) => emit(c, "stale", dataset, partition, version, Some(batch_id), json!({"upstream": why}), now).await?,
+        (None, true) => emit(c, "fresh_again", dataset, partition, version, Some(batch_id), json!({}), now).await?,
+        (None, false) => {}
+    }
+    propagate(c, dataset, partition, now, changed).await?;
+    Ok(())
+}
+
+/// Takes a partition out of service until a new batch publishes it.
+pub(super) async fn invalidate(c: &mut Conn<'_>, dataset: &str, partition: &str, reason: &str, now: DateTime<Utc>, changed: &mut Vec<Change>) -> Result<bool> {
+    let Some(s) = standing(c, dataset, partition).await? else { return Ok(false) };
+    c.exec(
+        "UPDATE partitions SET invalidated_reason = $3, invalidated_at = $4, updated_at = $4 WHERE dataset = $1 AND partition_spec = $2",
+        args![dataset, partition, reason, now],
+    )
+    .await?;
+    emit(c, "invalidated", dataset, partition, s.version, s.published_batch_id.as_deref(), json!({"reason": reason}), now).await?;
+    changed.push(Change { dataset: dataset.to_owned(), partitions: Some(vec![partition.to_owned()]) });
+    propagate(c, dataset, partition, now, changed).await?;
+    Ok(true)
+}
+
+/// Marks stale, transitively, every partition whose current version was
+/// built on an older version of `root` (or on `root` while it is stale or
+/// invalidated).
+async fn propagate(c: &mut Conn<'_>, dataset: &str, partition: &str, now: DateTime<Utc>, changed: &mut Vec<Change>) -> Result<()> {
+    let mut queue = VecDeque::from([(dataset.to_owned(), partition.to_owned())]);
+    let mut seen = BTreeSet::new();
+    while let Some((ds, p)) = queue.pop_front() {
+        if !seen.insert((ds.clone(), p.clone())) {
+            continue;
+        }
+        let Some(upstream) = standing(c, &ds, &p).await? else { continue };
+        let consumers: Vec<(String, String, i64, i64, Option<String>, Option<Json<Value>>)> = c
+            .all(
+                "SELECT d.dataset, d.partition_spec, i.input_version, d.version, d.published_batch_id, d.stale_upstream \
+                 FROM batch_inputs i JOIN partitions d ON d.published_batch_id = i.batch_id \
+                 WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY d.dataset, d.partition_spec",
+                args![&ds, &p],
+            )
+            .await?;
+        for (cds, cp, built_on, cversion, cbatch, cstale) in consumers {
+            let Some(why) = staleness(&ds, &p, built_on, &upstream) else { continue };
+            if cstale.is_none() {
+                c.exec(
+                    "UPDATE partitions SET stale_upstream = $3, updated_at = $4 WHERE dataset = $1 AND partition_spec = $2",
+                    args![&cds, &cp, why.clone(), now],
+                )
+                .await?;
+                emit(c, "stale", &cds, &cp, cversion, cbatch.as_deref(), json!({"upstream": why}), now).await?;
+                changed.push(Change { dataset: cds.clone(), partitions: Some(vec![cp.clone()]) });
+            }
+            queue.push_back((cds, cp));
+        }
+    }
+    Ok(())
+}
+
+/// A readiness change, as the feed lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct ChangeRecord {
+    #[serde(skip)]
+    pub id: i64,
+    pub kind: String,
+    pub dataset: String,
+    #[serde(rename = "partition")]
+    #[sqlx(rename = "partition_spec")]
+    pub partition: String,
+    pub version: i64,
+    pub batch_id: Option<String>,
+    pub at: DateTime<Utc>,
+    pub detail: Option<Json<Value>>,
+}
+
+/// Which way to walk the lineage graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Upstream,
+    Downstream,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LineageNode {
+    pub dataset: String,
+    pub partition: String,
+    /// `ready`, a batch state, `invalidated`, `stale_upstream`, or `no_batch`.
+    pub state: String,
+    pub version: i64,
+    pub batch_id: Option<String>,
+    pub depth: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LineageEdge {
+    pub from: Value,
+    pub to: Value,
+    /// The version of `from` that `to`'s batch read.
+    pub input_version: i64,
+    /// `from`'s version now: greater than `input_version` once restated.
+    pub current_version: i64,
+    /// The batch of `to` that read it.
+    pub batch_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LineageGraph {
+    pub nodes: Vec<LineageNode>,
+    pub edges: Vec<LineageEdge>,
+}
+
+fn node_state(s: &Option<Standing>) -> String {
+    match s {
+        None => "no_batch".into(),
+        Some(s) => s.unfit().unwrap_or("ready").to_owned(),
+    }
+}
+
+impl super::SqlStore {
+    pub(super) async fn do_invalidate(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
+        let now = self.now();
+        let mut tx = self.begin_write(&[dataset]).await?;
+        let mut changed = Vec::new();
+        if !invalidate(&mut tx.conn(), dataset, partition, reason, now, &mut changed).await? {
+            return Err(crate::error::Error::not_found("partition_not_found", format!("no batch ever wrote {dataset} {partition}")));
+        }
+        self.finish(tx, changed).await
+    }
+
+    pub(super) async fn do_list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>> {
+        let mut r = self.read().await?;
+        let cols = "id, kind, dataset, partition_spec, version, batch_id, at, detail";
+        Ok(match dataset {
+            Some(d) => r.conn().all(&format!("SELECT {cols} FROM changes WHERE id > $1 AND dataset = $2 ORDER BY id LIMIT {limit}"), args![after, d]).await?,
+            None => r.conn().all(&format!("SELECT {cols} FROM changes WHERE id > $1 ORDER BY id LIMIT {limit}"), args![after]).await?,
+        })
+    }
+
+    /// The partitions a partition was built from (upstream) or that were
+    /// built from it (downstream), from what batches actually read.
+    pub(super) async fn do_lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
+        let mut r = self.read().await?;
+        let mut c = r.conn();
+        let root = standing(&mut c, dataset, partition).await?;
+        let mut nodes = vec![LineageNode {
+            dataset: dataset.into(),
+            partition: partition.into(),
+            state: node_state(&root),
+            version: root.as_ref().map_or(0, |s| s.version),
+            batch_id: root.as_ref().and_then(|s| s.published_batch_id.clone()),
+            depth: 0,
+        }];
+        let mut edges = Vec::new();
+        let mut seen = BTreeSet::from([(dataset.to_owned(), partition.to_owned())]);
+        let mut frontier = vec![(dataset.to_owned(), partition.to_owned())];
+        for level in 1..=depth {
+            let mut next = Vec::new();
+            for (ds, p) in std::mem::take(&mut frontier) {
+                // (neighbour dataset, partition, version read, reading batch)
+                let hops: Vec<(String, String, i64, String)> = match direction {
+                    Direction::Upstream => {
+                        c.all(
+                            "SELECT i.input_dataset, i.input_partition, i.input_version, i.batch_id FROM partitions d \
+                             JOIN batch_inputs i ON i.batch_id = COALESCE(d.published_batch_id, d.batch_id) \
+                             WHERE d.dataset = $1 AND d.partition_spec = $2 ORDER BY 1, 2",
+                            args![&ds, &p],
+                        )
+                        .await?
+                    }
+                    Direction::Downstream => {
+                        c.all(
+                            "SELECT d.dataset, d.partition_spec, i.input_version, i.batch_id FROM batch_inputs i \
+                             JOIN partitions d ON COALESCE(d.published_batch_id, d.batch_id) = i.batch_id \
+                             WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY 1, 2",
+                            args![&ds, &p],
+                        )
+                        .await?
+                    }
+                };
+                for (nds, np, read_version, batch_id) in hops {
+                    let here = json!({"dataset": ds, "partition": p});
+                    let there = json!({"dataset": nds, "partition": np});
+                    let (from, to, upstream_of_edge) = match direction {
+                        Direction::Upstream => (there, here, (nds.clone(), np.clone())),
+                        Direction::Downstream => (here, there, (ds.clone(), p.clone())),
+                    };
+                    let up = standing(&mut c, &upstream_of_edge.0, &upstream_of_edge.1).await?;
+                    edges.push(LineageEdge { from, to, input_version: read_version, current_version: up.map_or(0, |s| s.version), batch_id });
+                    if seen.insert((nds.clone(), np.clone())) {
+                        let s = standing(&mut c, &nds, &np).await?;
+                        nodes.push(LineageNode {
+                            dataset: nds.clone(),
+                            partition: np.clone(),
+                            state: node_state(&s),
+                            version: s.as_ref().map_or(0, |s| s.version),
+                            batch_id: s.as_ref().and_then(|s| s.published_batch_id.clone()),
+                            depth: level,
+                        });
+                        next.push((nds, np));
+                    }
+                }
+            }
+            frontier = next;
+        }
+        Ok(LineageGraph { nodes, edges })
+    }
+}
