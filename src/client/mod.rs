@@ -210,10 +210,8 @@ impl Client {
                 q.append_pair("until", "ready_or_rejected");
             }
         }
-        let mut call = self.authorised(self.http.get(url));
-        if let Some(wait) = wait {
-            call = call.timeout(wait + LONG_POLL_SLACK);
-        }
+        let timeout = wait.map_or(REQUEST_TIMEOUT, |w| w + LONG_POLL_SLACK);
+        let call = self.authorised(self.http.get(url)).timeout(timeout);
         let reply = self.exchange(call).await?;
         match (reply.status, &reply.body["ready"]) {
             (StatusCode::OK, Value::Bool(true)) => Ok(Readiness::Ready(reply.decode()?.value)),

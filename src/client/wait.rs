@@ -59,9 +59,16 @@ pub async fn wait(client: &Client, target: &Target, opts: &WaitOptions) -> Exit 
             ""
         }
     );
+    // The first look does not wait, so the log says at once what is missing.
+    let mut first = true;
     loop {
         let asked = Instant::now();
-        let slice = deadline.saturating_duration_since(asked).min(SLICE);
+        let slice = if first {
+            Duration::ZERO
+        } else {
+            deadline.saturating_duration_since(asked).min(SLICE)
+        };
+        first = false;
         let poll = match client
             .ready(target, Some(slice), opts.fail_on_rejected)
             .await
@@ -84,7 +91,7 @@ pub async fn wait(client: &Client, target: &Target, opts: &WaitOptions) -> Exit 
             },
         };
         let now = Instant::now();
-        let elapsed = human(now - started);
+        let elapsed = human(Duration::from_secs((now - started).as_secs()));
         match poll {
             Poll::Ready(versions) => {
                 eprintln!("batchgate: {target} is ready after {elapsed}: {versions}");

@@ -5,6 +5,7 @@ mod helpers;
 
 mod bad_input;
 mod checks;
+mod cli;
 mod concurrency;
 mod crash;
 mod faults;
