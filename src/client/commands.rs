@@ -204,7 +204,7 @@ fn print(output: Output, body: &Value, text: impl FnOnce() -> String) {
 }
 
 /// Reports a failed request on stderr and picks the exit status.
-pub(super) fn failed(what: &str, e: &ClientError) -> Exit {
+fn failed(what: &str, e: &ClientError) -> Exit {
     eprintln!("batchgate: {what}: {e}");
     Exit::for_error(e)
 }

@@ -6,11 +6,11 @@
 
 pub mod cli;
 pub mod commands;
+mod error;
 mod exit;
 mod types;
 pub mod wait;
 
-use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
@@ -18,6 +18,8 @@ use reqwest::{Method, RequestBuilder, StatusCode, Url};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use error::{chain, excerpt};
+pub use error::{ApiError, ClientError};
 pub use exit::Exit;
 pub use types::*;
 
@@ -27,41 +29,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// What a long-poll may take beyond its `wait=` before it counts as lost.
 const LONG_POLL_SLACK: Duration = Duration::from_secs(30);
-
-/// Why a call did not get the answer it wanted.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("invalid service URL {url:?}: {reason}")]
-    BadUrl { url: String, reason: String },
-    /// The request could not be built (e.g. a token that is not a valid
-    /// header value).
-    #[error("cannot build the request: {0}")]
-    BadRequest(String),
-    /// No answer: connection refused or reset, or a timeout.
-    #[error("cannot reach batchgate at {url}: {}", chain(source))]
-    Unreachable { url: Url, source: reqwest::Error },
-    /// The service answered with its error body.
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    /// The answer is not what the API promises: a wrong URL, a proxy's page.
-    #[error("{url} answered {status} with a body that is not batchgate's: {reason}")]
-    Protocol {
-        url: Url,
-        status: StatusCode,
-        reason: String,
-    },
-}
-
-/// The service's error body: `{"error": {"code", "message", "details"}}`.
-#[derive(Debug, thiserror::Error)]
-#[error("batchgate refused the request ({status}, {code}): {message}")]
-pub struct ApiError {
-    pub status: StatusCode,
-    /// Stable snake_case, e.g. `batch_in_progress`.
-    pub code: String,
-    pub message: String,
-    pub details: Value,
-}
 
 /// A decoded answer with the JSON body it came from, for `--json`.
 #[derive(Debug, Clone)]
@@ -250,9 +217,10 @@ impl Client {
             .build()
             .map_err(|e| ClientError::BadRequest(chain(&e)))?;
         let url = request.url().clone();
-        let unreachable = |source| ClientError::Unreachable {
+        let unreachable = |e: reqwest::Error| ClientError::Unreachable {
             url: url.clone(),
-            source,
+            // The URL is already in the message.
+            reason: chain(&e.without_url()),
         };
         let resp = self.http.execute(request).await.map_err(unreachable)?;
         let status = resp.status();
@@ -308,33 +276,6 @@ impl Reply {
                 ),
             },
         }
-    }
-}
-
-/// An error and its causes on one line: reqwest's own message rarely says
-/// what actually went wrong ("connection refused" is a cause).
-fn chain(e: &dyn StdError) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cause = c.source();
-    }
-    out
-}
-
-/// The start of a body, for error messages.
-fn excerpt(bytes: &[u8]) -> String {
-    const MAX: usize = 200;
-    let text = String::from_utf8_lossy(bytes);
-    let text = text.trim();
-    match text.char_indices().nth(MAX) {
-        Some((end, _)) => format!("{:?}…", &text[..end]),
-        None => format!("{text:?}"),
     }
 }
 

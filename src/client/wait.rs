@@ -69,27 +69,7 @@ pub async fn wait(client: &Client, target: &Target, opts: &WaitOptions) -> Exit 
             deadline.saturating_duration_since(asked).min(SLICE)
         };
         first = false;
-        let poll = match client
-            .ready(target, Some(slice), opts.fail_on_rejected)
-            .await
-        {
-            Ok(Readiness::Ready(ready)) => {
-                let versions: Vec<String> = ready
-                    .partitions
-                    .iter()
-                    .map(|p| format!("{} version {}", p.partition, p.version))
-                    .collect();
-                Poll::Ready(versions.join(", "))
-            }
-            Ok(Readiness::NotReady(nr)) if nr.reason == "unavailable" => {
-                Poll::Outage("the service cannot read its registry right now".into())
-            }
-            Ok(Readiness::NotReady(nr)) => Poll::NotReady(nr),
-            Err(e) => match Exit::for_error(&e) {
-                Exit::Unavailable => Poll::Outage(e.to_string()),
-                exit => Poll::Fatal(exit, e.to_string()),
-            },
-        };
+        let poll = look(client, target, slice, opts.fail_on_rejected).await;
         let now = Instant::now();
         let elapsed = human(Duration::from_secs((now - started).as_secs()));
         match poll {
@@ -142,6 +122,28 @@ pub async fn wait(client: &Client, target: &Target, opts: &WaitOptions) -> Exit 
                 retry = (retry * 2).min(MAX_RETRY);
             }
         }
+    }
+}
+
+/// One request: a long-poll of `slice`.
+async fn look(client: &Client, target: &Target, slice: Duration, until_rejected: bool) -> Poll {
+    match client.ready(target, Some(slice), until_rejected).await {
+        Ok(Readiness::Ready(ready)) => {
+            let versions: Vec<String> = ready
+                .partitions
+                .iter()
+                .map(|p| format!("{} version {}", p.partition, p.version))
+                .collect();
+            Poll::Ready(versions.join(", "))
+        }
+        Ok(Readiness::NotReady(nr)) if nr.reason == "unavailable" => {
+            Poll::Outage("the service cannot read its registry right now".into())
+        }
+        Ok(Readiness::NotReady(nr)) => Poll::NotReady(nr),
+        Err(e) => match Exit::for_error(&e) {
+            Exit::Unavailable => Poll::Outage(e.to_string()),
+            exit => Poll::Fatal(exit, e.to_string()),
+        },
     }
 }
 

@@ -285,6 +285,6 @@ async fn the_token_is_sent_as_a_bearer_and_a_5xx_exits_4() {
         head.contains("\r\nauthorization: bearer s3cret\r\n"),
         "{head}"
     );
-    r.says("503 Service Unavailable, storage_unavailable");
+    r.says("batchgate answered 503 Service Unavailable (storage_unavailable): ");
     assert!(!r.stderr.contains("s3cret"));
 }
