@@ -5,6 +5,7 @@
 //! until `shutdown` resolves.
 
 pub mod changes;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod domain;

@@ -1,10 +1,14 @@
-//! The `batchgate` command: `serve` (the default) and `migrate`.
+//! The `batchgate` command: `serve` (the default) and `migrate` run the
+//! service; `batch …` and `wait` are clients of a running one
+//! ([`batchgate::client::cli`]).
 
 use std::net::SocketAddr;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use batchgate::client::cli::{self as client, BatchArgs, WaitArgs};
 use batchgate::clock::SystemClock;
 use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN};
 use clap::{Args, Parser, Subcommand};
@@ -27,6 +31,12 @@ enum Command {
     Serve(ServeArgs),
     /// Apply database migrations and exit.
     Migrate(DbArgs),
+    /// Start, commit, fail or heartbeat a batch on a running service: exit 0
+    /// done, 2 invalid input, 3 refused or rejected, 4 service unreachable.
+    Batch(BatchArgs),
+    /// Block until partitions are ready: exit 0 ready, 5 timed out, 6
+    /// rejected (with --fail-on-rejected), 4 service unreachable.
+    Wait(WaitArgs),
 }
 
 #[derive(Args, Clone)]
@@ -58,22 +68,43 @@ struct ServeArgs {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
+    match Cli::parse().command {
+        Some(Command::Batch(args)) => client::run_batch(args).await.into(),
+        Some(Command::Wait(args)) => client::run_wait(args).await.into(),
+        Some(Command::Migrate(db)) => report(migrate(db).await),
+        Some(Command::Serve(args)) => report(serve(args).await),
+        None => report(serve(ServeArgs::parse_from_env()).await),
+    }
+}
+
+/// Exits as `fn main() -> anyhow::Result<()>` would: 1, with the error and
+/// its causes.
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs, for the server commands only: a client command's output is for the
+/// script that runs it.
+fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
         )
         .init();
-    let cli = Cli::parse();
-    match cli.command {
-        Some(Command::Migrate(db)) => {
-            batchgate::store::SqlStore::migrate(&db.database_url).await?;
-            tracing::info!(db = %redact(&db.database_url), "migrations applied");
-            Ok(())
-        }
-        Some(Command::Serve(args)) => serve(args).await,
-        None => serve(ServeArgs::parse_from_env()).await,
-    }
+}
+
+async fn migrate(db: DbArgs) -> anyhow::Result<()> {
+    init_tracing();
+    batchgate::store::SqlStore::migrate(&db.database_url).await?;
+    tracing::info!(db = %redact(&db.database_url), "migrations applied");
+    Ok(())
 }
 
 impl ServeArgs {
@@ -90,6 +121,7 @@ impl ServeArgs {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_tracing();
     let settings = Settings {
         database_url: args.db.database_url,
         max_connections: args.max_connections,

@@ -6,6 +6,7 @@ mod helpers;
 mod alerts;
 mod bad_input;
 mod checks;
+mod cli;
 mod concurrency;
 mod crash;
 mod faults;
