@@ -4,5 +4,6 @@
 pub mod batch;
 pub mod checks;
 pub mod names;
+pub mod openlineage;
 pub mod policy;
 pub mod readiness;
