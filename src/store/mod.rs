@@ -9,6 +9,7 @@
 
 mod batches;
 pub mod db;
+mod lineage;
 mod postgres;
 mod reads;
 mod records;
@@ -21,6 +22,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
+pub use lineage::LineageEvent;
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
@@ -158,6 +160,13 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Option<PartitionRecord>>>;
     /// The latest batch a task started for a data date.
     async fn latest_task_batch(&self, task: &str, dt: NaiveDate) -> Result<Option<TaskLatest>>;
+
+    /// Stores an OpenLineage event as received; returns its id.
+    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64>;
+    /// Records what the intake made of a stored OpenLineage event.
+    async fn set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()>;
+    /// The batches an OpenLineage run started, oldest first.
+    async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>>;
 }
 
 /// Which database, with its pool.
