@@ -12,3 +12,4 @@ mod lifecycle;
 mod listing;
 mod long_poll;
 mod openapi;
+mod openlineage;
