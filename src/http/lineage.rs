@@ -226,9 +226,17 @@ impl Intake<'_> {
             let plan = match output.commit_plan(run_id, &declared, &policy) {
                 Ok(plan) => plan,
                 Err(w) => {
+                    let hint = if batch.state == BatchState::Running {
+                        format!(
+                            " (POST /v1/batches/{}/commit can commit it with per-partition stats)",
+                            batch.batch_id
+                        )
+                    } else {
+                        String::new()
+                    };
                     self.warnings.push(format!(
-                        "{}: batch {} is not committed and stays {}: {w} (POST /v1/batches/{}/commit can commit it with per-partition stats)",
-                        batch.dataset, batch.batch_id, batch.state, batch.batch_id
+                        "{}: batch {} is not committed and stays {}: {w}{hint}",
+                        batch.dataset, batch.batch_id, batch.state
                     ));
                     self.batches.push(BatchOutcome::current(batch));
                     continue;

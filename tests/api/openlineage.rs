@@ -14,6 +14,7 @@ on_both_backends!(
     duplicate_keys_in_data_quality_metrics_reject_the_commit,
     a_failed_task_fails_its_batch_with_the_error_message,
     repeated_events_change_nothing,
+    a_complete_without_row_counts_leaves_the_batch_running,
     events_without_enough_information_are_stored_with_warnings,
 );
 
@@ -205,6 +206,28 @@ async fn repeated_events_change_nothing(app: TestApp) {
     assert_eq!(stored_events(&app).await.len(), 6);
 }
 
+async fn a_complete_without_row_counts_leaves_the_batch_running(app: TestApp) {
+    post(&app, START).await;
+    // What SQLExecuteQueryOperator sends: the outputs again, with no counts.
+    let bare = START.replace(r#""eventType": "START""#, r#""eventType": "COMPLETE""#);
+
+    let answer = post(&app, &bare).await;
+    assert_eq!(
+        answer["batches"],
+        json!([{"dataset": DS, "batch_id": BATCH, "state": "running"}])
+    );
+    assert_eq!(
+        warnings(&answer),
+        [format!("{DS}: batch {BATCH} is not committed and stays running: neither outputStatistics nor dataQualityMetrics \
+                  gives a rowCount: there is no evidence to check (POST /v1/batches/{BATCH}/commit can commit it with per-partition stats)")]
+    );
+    let (status, ready) = app.ready(DS, &[P]).await;
+    assert_eq!(
+        (status, ready["reason"].as_str()),
+        (StatusCode::NOT_FOUND, Some("running"))
+    );
+}
+
 async fn events_without_enough_information_are_stored_with_warnings(app: TestApp) {
     let dag = post(&app, DAG_START).await;
     assert_eq!(dag["batches"], json!([]));
@@ -222,6 +245,16 @@ async fn events_without_enough_information_are_stored_with_warnings(app: TestApp
         ["run 0198e2b6-0a3f-7b21-a9d4-51c7e8f30b12 started no batch (its START never came or named no usable output): nothing to commit"]
     );
 
+    let running = post(
+        &app,
+        &SPARK_START.replace(r#""eventType": "START""#, r#""eventType": "RUNNING""#),
+    )
+    .await;
+    assert_eq!(
+        warnings(&running),
+        ["RUNNING events change no batch; recorded only"]
+    );
+
     let empty = post(&app, "{}").await;
     assert_eq!(empty["event_type"], Value::Null);
     assert_eq!(warnings(&empty).len(), 2, "{empty}");
@@ -236,8 +269,14 @@ async fn events_without_enough_information_are_stored_with_warnings(app: TestApp
     let kinds: Vec<Option<&str>> = events.iter().map(|e| e.1.as_deref()).collect();
     assert_eq!(
         kinds,
-        [Some("START"), Some("START"), Some("COMPLETE"), None]
+        [
+            Some("START"),
+            Some("START"),
+            Some("COMPLETE"),
+            Some("RUNNING"),
+            None
+        ]
     );
     assert_eq!(events[2].2, spark);
-    assert_eq!(events[3].2, empty);
+    assert_eq!(events[4].2, empty);
 }
