@@ -3,7 +3,7 @@
 mod batches;
 mod datasets;
 pub mod error;
-mod lineage;
+mod openlineage;
 mod partitions;
 mod query;
 mod ready;
@@ -41,7 +41,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(batches::router())
         .merge(datasets::router())
-        .merge(lineage::router())
+        .merge(openlineage::router())
         .merge(partitions::router())
         .merge(ready::router())
         .merge(service::router())

@@ -9,7 +9,7 @@
 
 mod batches;
 pub mod db;
-mod lineage;
+mod openlineage;
 mod postgres;
 mod reads;
 mod records;
@@ -22,7 +22,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-pub use lineage::LineageEvent;
+pub use openlineage::LineageEvent;
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
