@@ -6,6 +6,7 @@ pub mod batch;
 pub mod checks;
 pub mod deadline;
 pub mod names;
+pub mod openlineage;
 pub mod policy;
 pub mod readiness;
 pub mod retry;

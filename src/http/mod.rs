@@ -5,6 +5,7 @@ mod batches;
 mod datasets;
 pub mod error;
 mod lineage;
+mod openlineage;
 mod partitions;
 mod query;
 mod ready;
@@ -44,6 +45,7 @@ pub fn router(state: AppState) -> Router {
         .merge(batches::router())
         .merge(datasets::router())
         .merge(lineage::router())
+        .merge(openlineage::router())
         .merge(partitions::router())
         .merge(ready::router())
         .merge(service::router())

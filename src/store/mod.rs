@@ -11,6 +11,7 @@ mod alerts;
 mod batches;
 pub mod db;
 mod lineage;
+mod openlineage;
 mod postgres;
 mod reads;
 mod records;
@@ -26,6 +27,7 @@ use serde_json::Value;
 
 pub use alerts::{AlertRecord, OutboxItem};
 pub use lineage::{ChangeRecord, Direction, InputRecord, LineageGraph, UnreadyInput};
+pub use openlineage::LineageEvent;
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
@@ -197,6 +199,13 @@ pub trait Store: Send + Sync + 'static {
     /// Readiness changes after feed position `after`, in commit order.
     async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>>;
     async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph>;
+
+    /// Stores an OpenLineage event as received; returns its id.
+    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64>;
+    /// Records what the intake made of a stored OpenLineage event.
+    async fn set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()>;
+    /// The batches an OpenLineage run started, oldest first.
+    async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>>;
 }
 
 #[derive(Debug, Clone, Default)]

@@ -359,4 +359,16 @@ impl Store for SqlStore {
     async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
         self.do_lineage(dataset, partition, direction, depth).await
     }
+
+    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64> {
+        self.do_record_lineage_event(event).await
+    }
+
+    async fn set_lineage_outcome(&self, id: i64, outcome: &serde_json::Value) -> Result<()> {
+        self.do_set_lineage_outcome(id, outcome).await
+    }
+
+    async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>> {
+        self.do_lineage_batches(run_id).await
+    }
 }

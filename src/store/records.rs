@@ -320,6 +320,25 @@ pub struct DatasetRecord {
     pub updated_at: DateTime<Utc>,
 }
 
+impl DatasetRecord {
+    /// The policy this record states.
+    pub fn policy(&self) -> DatasetPolicy {
+        DatasetPolicy {
+            tier: self.tier,
+            write_mode: self.write_mode,
+            unique_key: self.unique_key.clone(),
+            timezone: self.timezone.clone(),
+            max_volume_change: self.max_volume_change,
+            baseline_periods: self.baseline_periods,
+            allow_empty: self.allow_empty,
+            owner: self.owner.clone(),
+            max_partitions_per_batch: self.max_partitions_per_batch,
+            deadline: self.deadline.clone(),
+            webhook_url: self.webhook_url.clone(),
+        }
+    }
+}
+
 impl From<DatasetRow> for DatasetRecord {
     fn from(r: DatasetRow) -> Self {
         let p = r.policy();

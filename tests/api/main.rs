@@ -16,3 +16,4 @@ mod listing;
 mod long_poll;
 mod openapi;
 mod retries;
+mod openlineage;

@@ -1,0 +1,305 @@
+//! `POST /api/v1/lineage`: OpenLineage `RunEvent`s, where Airflow's and
+//! Spark's OpenLineage integrations post (`OPENLINEAGE_URL` plus the HTTP
+//! transport's default endpoint `api/v1/lineage`).
+//!
+//! Every event is stored as received before anything else happens, then
+//! [`crate::domain::openlineage`] maps it onto the store calls `/v1/batches`
+//! makes, so an OpenLineage batch goes through the same checks. The answer is
+//! 200 for any JSON body: what the intake could not do is listed in
+//! `warnings`, and the same answer is stored with the event, because
+//! OpenLineage clients do not read answers.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::AppState;
+use crate::domain::batch::{BatchState, Trigger};
+use crate::domain::names::{DatasetName, PartitionSpec};
+use crate::domain::openlineage::{EventType, RunEvent};
+use crate::domain::policy::DatasetPolicy;
+use crate::error::{Error, Result};
+use crate::store::{BatchRecord, FailReport, LineageEvent, StartBatch};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/lineage", post(intake))
+}
+
+/// OpenLineage sends no heartbeats, so a run's batch keeps the usual lease:
+/// long enough for most runs, short enough that a run that died without a
+/// `FAIL` does not block its retry for long.
+const LEASE_SECONDS: i64 = 3600;
+
+/// One batch the event started, committed or failed (or found decided).
+#[derive(Debug, Serialize)]
+struct BatchOutcome {
+    dataset: String,
+    batch_id: String,
+    state: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    failed_checks: Vec<String>,
+}
+
+impl BatchOutcome {
+    fn current(b: &BatchRecord) -> Self {
+        Self {
+            dataset: b.dataset.clone(),
+            batch_id: b.batch_id.clone(),
+            state: b.state.to_string(),
+            failed_checks: Vec::new(),
+        }
+    }
+
+    /// From the batch record a commit or fail answered with.
+    fn decided(b: &BatchRecord, record: &Value) -> Self {
+        let failed_checks = record["error"]["details"]["failed_checks"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .filter_map(|c| c.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            state: record["state"].as_str().unwrap_or_default().to_owned(),
+            failed_checks,
+            ..Self::current(b)
+        }
+    }
+}
+
+async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>> {
+    let event = RunEvent::parse(&body).map_err(|e| Error::Request {
+        status: 400,
+        code: "malformed_json",
+        message: format!("the body is not valid JSON: {e}"),
+    })?;
+    let id = app
+        .store
+        .record_lineage_event(&LineageEvent {
+            run_id: event.run_id.clone(),
+            event_type: event.event_type.clone(),
+            job_namespace: event.job.namespace.clone(),
+            job: event.job.name.clone(),
+            body: event.body.clone(),
+        })
+        .await?;
+    let mut intake = Intake {
+        app: &app,
+        event: &event,
+        batches: Vec::new(),
+        warnings: event.warnings.clone(),
+    };
+    // Without a type or a run id, parsing has already said why nothing happens.
+    if let (Some(kind), Some(run_id)) = (event.kind, event.run_id.as_deref()) {
+        match kind {
+            EventType::Start => intake.start().await?,
+            EventType::Complete => intake.complete(run_id).await?,
+            EventType::Fail | EventType::Abort => intake.fail(run_id).await?,
+            EventType::Running | EventType::Other => intake.warnings.push(format!(
+                "{} events change no batch; recorded only",
+                kind.as_str()
+            )),
+        }
+    }
+    let answer = json!({
+        "accepted": true,
+        "event_id": id,
+        "event_type": event.event_type,
+        "run_id": event.run_id,
+        "batches": intake.batches,
+        "warnings": intake.warnings,
+    });
+    app.store.set_lineage_outcome(id, &answer).await?;
+    Ok(Json(answer))
+}
+
+/// What one event did, as it happens.
+struct Intake<'a> {
+    app: &'a AppState,
+    event: &'a RunEvent,
+    batches: Vec<BatchOutcome>,
+    warnings: Vec<String>,
+}
+
+impl Intake<'_> {
+    /// A refusal by the registry (a 4xx on `/v1/batches`) becomes a warning
+    /// that starts with `what`; a server error ends the intake.
+    fn refused<T>(&mut self, result: Result<T>, what: String) -> Result<Option<T>> {
+        match result {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.status() < 500 => {
+                self.warnings.push(format!("{what}: {e}"));
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn policy(&self, dataset: &DatasetName) -> Result<DatasetPolicy> {
+        Ok(self
+            .app
+            .store
+            .get_dataset(dataset.as_str())
+            .await?
+            .map(|d| d.policy())
+            .unwrap_or_default())
+    }
+
+    async fn start(&mut self) -> Result<()> {
+        let event = self.event;
+        if event.outputs.is_empty() {
+            self.warnings
+                .push("no output dataset to start a batch for".into());
+        }
+        for output in &event.outputs {
+            let policy = self.policy(&output.dataset).await?;
+            let plan = match event.start_plan(output, &policy) {
+                Ok(plan) => plan,
+                Err(w) => {
+                    self.warnings
+                        .push(format!("{}: no batch started: {w}", output.dataset));
+                    continue;
+                }
+            };
+            let started = self.app.store.start_batch(StartBatch {
+                task: plan.task,
+                dataset: plan.dataset,
+                dt: plan.dt,
+                partitions: plan.partitions,
+                scope: Some(plan.scope),
+                trigger: Trigger::Scheduled,
+                run_ref: Some(plan.run_ref),
+                lease_seconds: LEASE_SECONDS,
+                idempotency_key: Some(plan.idempotency_key),
+                fingerprint: plan.fingerprint,
+                wildcard_partitions: Vec::new(),
+                cleaned_batch_ids: Vec::new(),
+                inputs: Vec::new(),
+                allow_unready_inputs: false,
+                repair_id: None,
+            });
+            let what = format!("{}: no batch started", output.dataset);
+            if let Some(s) = self.refused(started.await, what)? {
+                self.batches.push(BatchOutcome {
+                    dataset: output.dataset.to_string(),
+                    batch_id: s.batch_id,
+                    state: s.state.to_string(),
+                    failed_checks: Vec::new(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn complete(&mut self, run_id: &str) -> Result<()> {
+        let event = self.event;
+        let started = self.app.store.lineage_batches(run_id).await?;
+        if started.is_empty() {
+            self.warnings.push(format!(
+                "run {run_id} started no batch (its START never came or named no usable output): nothing to commit"
+            ));
+            return Ok(());
+        }
+        for batch in &started {
+            let Some(output) = event
+                .outputs
+                .iter()
+                .find(|o| o.dataset.as_str() == batch.dataset)
+            else {
+                if batch.state == BatchState::Running {
+                    self.warnings.push(format!(
+                        "{}: batch {} is not among the event's outputs and stays running",
+                        batch.dataset, batch.batch_id
+                    ));
+                }
+                self.batches.push(BatchOutcome::current(batch));
+                continue;
+            };
+            let policy = self.policy(&output.dataset).await?;
+            let declared = batch
+                .partitions
+                .iter()
+                .map(|p| {
+                    PartitionSpec::parse(&p.partition)
+                        .map_err(|e| anyhow::anyhow!("stored partition {:?}: {e}", p.partition))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let plan = match output.commit_plan(run_id, &declared, &policy) {
+                Ok(plan) => plan,
+                Err(w) => {
+                    let hint = if batch.state == BatchState::Running {
+                        format!(
+                            " (POST /v1/batches/{}/commit can commit it with per-partition stats)",
+                            batch.batch_id
+                        )
+                    } else {
+                        String::new()
+                    };
+                    self.warnings.push(format!(
+                        "{}: batch {} is not committed and stays {}: {w}{hint}",
+                        batch.dataset, batch.batch_id, batch.state
+                    ));
+                    self.batches.push(BatchOutcome::current(batch));
+                    continue;
+                }
+            };
+            self.warnings.extend(
+                plan.warnings
+                    .iter()
+                    .map(|w| format!("{}: {w}", batch.dataset)),
+            );
+            let decision = self
+                .app
+                .store
+                .commit_batch(&batch.batch_id, plan.evidence, plan.fingerprint)
+                .await;
+            let what = format!("{}: batch {} not committed", batch.dataset, batch.batch_id);
+            let outcome = match self.refused(decision, what)? {
+                Some(d) => BatchOutcome::decided(batch, &d.body),
+                None => BatchOutcome::current(batch),
+            };
+            self.batches.push(outcome);
+        }
+        for output in &event.outputs {
+            if !started.iter().any(|b| b.dataset == output.dataset.as_str()) {
+                self.warnings.push(format!(
+                    "{}: run {run_id} started no batch for it: nothing to commit",
+                    output.dataset
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn fail(&mut self, run_id: &str) -> Result<()> {
+        let started = self.app.store.lineage_batches(run_id).await?;
+        if started.is_empty() {
+            self.warnings
+                .push(format!("run {run_id} started no batch: nothing to fail"));
+        }
+        let plan = self.event.fail_plan();
+        for batch in &started {
+            let report = FailReport {
+                stage: plan.stage,
+                category: plan.category,
+                message: Some(plan.message.clone()),
+            };
+            let decision = self
+                .app
+                .store
+                .fail_batch(&batch.batch_id, report, plan.fingerprint.clone())
+                .await;
+            let what = format!("{}: batch {} not failed", batch.dataset, batch.batch_id);
+            let outcome = match self.refused(decision, what)? {
+                Some(d) => BatchOutcome::decided(batch, &d.body),
+                None => BatchOutcome::current(batch),
+            };
+            self.batches.push(outcome);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,68 @@
+//! The OpenLineage intake's storage: every event as received, and the
+//! batches a run started (found by their `run_ref` and Idempotency-Key, so a
+//! run's batches need no table of their own).
+
+use serde_json::Value;
+
+use super::batches::load_record;
+use super::db::args;
+use super::{BatchRecord, SqlStore};
+use crate::error::Result;
+
+/// An OpenLineage event as received, with the header fields it carried.
+#[derive(Debug, Clone)]
+pub struct LineageEvent {
+    pub run_id: Option<String>,
+    pub event_type: Option<String>,
+    pub job_namespace: Option<String>,
+    pub job: Option<String>,
+    pub body: Value,
+}
+
+impl SqlStore {
+    pub(super) async fn do_record_lineage_event(&self, e: &LineageEvent) -> Result<i64> {
+        let received_at = self.now();
+        let mut tx = self.begin_write(&[]).await?;
+        let (id,): (i64,) = tx
+            .conn()
+            .one(
+                "INSERT INTO openlineage_events (received_at, run_id, event_type, job_namespace, job, body) \
+                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                args![received_at, e.run_id.clone(), e.event_type.clone(), e.job_namespace.clone(), e.job.clone(), e.body.clone()],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    pub(super) async fn do_set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()> {
+        let mut tx = self.begin_write(&[]).await?;
+        tx.conn()
+            .exec(
+                "UPDATE openlineage_events SET outcome = $2 WHERE id = $1",
+                args![id, outcome.clone()],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn do_lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>> {
+        let mut r = self.read().await?;
+        let mut c = r.conn();
+        let ids: Vec<(String,)> = c
+            .all(
+                "SELECT batch_id FROM batches WHERE run_ref = $1 AND idempotency_key = 'openlineage:' || $1 || ':' || dataset \
+                 ORDER BY id",
+                args![run_id],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (id,) in ids {
+            if let Some(record) = load_record(&mut c, &id).await? {
+                out.push(record);
+            }
+        }
+        Ok(out)
+    }
+}
