@@ -167,6 +167,7 @@ async fn batchgate_app(database_url: &str) -> Result<batchgate::App> {
     let settings = Settings {
         database_url: database_url.to_owned(),
         max_connections: MAX_CONNECTIONS,
+        ..Settings::default()
     };
     batchgate::build(&settings, Arc::new(SystemClock)).await
 }

@@ -9,4 +9,5 @@ pub mod names;
 pub mod openlineage;
 pub mod policy;
 pub mod readiness;
+pub mod repair;
 pub mod retry;
