@@ -64,6 +64,8 @@ def test_the_sensor_refuses_an_ambiguous_question() -> None:
         BatchgateReadySensor(task_id="neither")
     with pytest.raises(ValueError):
         BatchgateReadySensor(task_id="one_string", dataset="d.t", partitions="dt=1")
+    with pytest.raises(ValueError):
+        BatchgateReadySensor(task_id="dt_by_dataset", dataset="d.t", partitions=["a=1"], dt="x")
 
 
 # -- the trigger, run outside a DAG ------------------------------------------

@@ -67,10 +67,12 @@ class BatchgateReadySensor(BaseSensorOperator):
             raise ValueError("dataset needs partitions: a non-empty list such as ['dt={{ ds }}']")
         if task_name is not None and partitions:
             raise ValueError("partitions go with dataset; task_name goes with dt")
+        if dataset is not None and dt is not None:
+            raise ValueError("dt goes with task_name; with dataset, name the partitions")
         self.dataset = dataset
         self.partitions = list(partitions) if partitions else None
         self.task_name = task_name
-        self.dt = dt if dt is not None or task_name is None else "{{ ds }}"
+        self.dt = "{{ ds }}" if task_name is not None and dt is None else dt
         self.batchgate_conn_id = batchgate_conn_id
         self.fail_on_rejected = fail_on_rejected
         self.deferrable = deferrable
