@@ -204,7 +204,7 @@ def test_wait_ready_returns_as_soon_as_a_batch_publishes(
     publisher.join()
     assert readiness.ready
     assert readiness.partitions[0]["version"] == 1
-    assert 0.9 < elapsed < 5, elapsed
+    assert 0.9 < elapsed < 10, elapsed
 
 
 def test_wait_ready_by_task_and_dt(client: BatchgateClient, names: Names) -> None:
@@ -224,7 +224,7 @@ def test_wait_ready_times_out_with_the_last_answer(client: BatchgateClient, name
         client.wait_ready(names.dataset, [PARTITION], timeout=1.5, max_slice=0.5)
 
     elapsed = time.monotonic() - begun
-    assert 1.5 <= elapsed < 4, elapsed
+    assert 1.5 <= elapsed < 10, elapsed
     assert raised.value.readiness is not None
     assert raised.value.readiness.reason == "running"
     assert isinstance(raised.value, TimeoutError)
@@ -247,7 +247,7 @@ def test_wait_ready_fails_fast_on_a_rejection_when_asked(
 
     elapsed = time.monotonic() - begun
     publisher.join()
-    assert elapsed < 5, elapsed
+    assert elapsed < 10, elapsed
     assert raised.value.readiness.batch_id == started.batch_id
     assert raised.value.code == "rejected"
 

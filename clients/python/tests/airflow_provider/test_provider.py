@@ -123,7 +123,7 @@ def test_the_trigger_fires_when_the_partition_publishes(
     publisher.join()
     assert event["status"] == "ready"
     assert event["readiness"]["partitions"][0]["version"] == 1
-    assert 0.9 < elapsed < 5, elapsed
+    assert 0.9 < elapsed < 10, elapsed
 
 
 def test_the_trigger_gives_up_at_its_deadline(
@@ -133,7 +133,7 @@ def test_the_trigger_gives_up_at_its_deadline(
 
     event = first_event(trigger_for(names, seconds=1.5))
 
-    assert 1.5 <= time.monotonic() - begun < 5
+    assert 1.5 <= time.monotonic() - begun < 10
     assert event["status"] == "timeout"
     assert event["readiness"]["reason"] == "no_batch"
 

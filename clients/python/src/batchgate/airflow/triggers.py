@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -134,17 +134,17 @@ def _event(status: str, message: str, readiness: Readiness | None) -> dict[str, 
     }
 
 
-class _Transport:
+class _Transport(Protocol):
     """How the trigger sends one ``/ready`` request."""
 
-    async def ready(self, query: dict[str, Any], wait: float, until_rejected: bool) -> Readiness:
-        raise NotImplementedError
+    async def ready(
+        self, query: dict[str, Any], wait: float, until_rejected: bool
+    ) -> Readiness: ...
 
-    async def close(self) -> None:
-        raise NotImplementedError
+    async def close(self) -> None: ...
 
 
-class _AiohttpTransport(_Transport):
+class _AiohttpTransport:
     def __init__(self, base_url: str, token: str | None) -> None:
         self._url = base_url.rstrip("/") + "/ready"
         self._session = aiohttp.ClientSession(headers=bearer_headers(token))
@@ -167,7 +167,7 @@ class _AiohttpTransport(_Transport):
         await self._session.close()
 
 
-class _ThreadTransport(_Transport):
+class _ThreadTransport:
     def __init__(self, base_url: str, token: str | None) -> None:
         self._client = BatchgateClient(base_url, token=token)
 
