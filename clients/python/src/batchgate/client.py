@@ -1,0 +1,423 @@
+"""The blocking HTTP client for the batchgate service."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from ._protocol import (
+    MAX_WAIT_SECONDS,
+    DateLike,
+    QueryParams,
+    bearer_headers,
+    error_from_response,
+    format_dt,
+    readiness_from_response,
+    ready_params,
+    transport_error,
+)
+from ._version import __version__
+from .batch import BatchRun
+from .errors import ChecksFailed, PartitionRejected, ServiceUnavailable, WaitTimeout
+from .models import (
+    BatchPage,
+    BatchRecord,
+    Lease,
+    PartitionStats,
+    Readiness,
+    SourceStats,
+    StartedBatch,
+)
+
+log = logging.getLogger(__name__)
+
+#: Seconds a request may take, unless the client is given another timeout.
+DEFAULT_TIMEOUT = 30.0
+
+
+class BatchgateClient:
+    """Talks to one batchgate service.
+
+    ``base_url`` is where the service listens (``http://127.0.0.1:8080``, or a
+    URL with a path prefix behind a proxy). ``token``, when given, is sent as
+    ``Authorization: Bearer <token>``. ``timeout`` bounds each request in
+    seconds; a long-poll gets its wait on top. The client may be shared
+    between threads: each thread gets its own connection pool.
+
+    Errors raise :class:`~batchgate.errors.BatchgateError` subclasses that
+    carry the service's ``code``, ``message``, ``details`` and HTTP status.
+    """
+
+    def __init__(
+        self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self._headers = {
+            **bearer_headers(token),
+            "User-Agent": f"batchgate-python/{__version__}",
+        }
+        self._local = threading.local()
+        self._sessions: list[requests.Session] = []
+        self._sessions_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"BatchgateClient({self.base_url!r})"
+
+    def __enter__(self) -> BatchgateClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connection pools of every thread that used the client."""
+        with self._sessions_lock:
+            sessions, self._sessions = self._sessions, []
+        for s in sessions:
+            s.close()
+        self._local = threading.local()
+
+    # -- batches ----------------------------------------------------------
+
+    def start_batch(
+        self,
+        task: str,
+        dataset: str,
+        dt: DateLike,
+        partitions: Sequence[str],
+        *,
+        scope: Mapping[str, Any] | None = None,
+        trigger: str | None = None,
+        run_ref: str | None = None,
+        lease_seconds: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> StartedBatch:
+        """Starts one attempt of ``task`` to write ``partitions`` of ``dataset`` for ``dt``.
+
+        Delete the rows of every batch in the answer's ``residue`` before
+        writing. Raises :class:`BatchInProgress` when another batch holds a
+        live lease on one of the partitions. With ``idempotency_key`` a retried
+        start returns the same batch instead of starting a second one.
+        """
+        body: dict[str, Any] = {
+            "task": task,
+            "dataset": dataset,
+            "dt": format_dt(dt),
+            "partitions": list(partitions),
+        }
+        optional = {
+            "scope": dict(scope) if scope is not None else None,
+            "trigger": trigger,
+            "run_ref": run_ref,
+            "lease_seconds": lease_seconds,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        _, answer = self._call("POST", "/v1/batches", json=body, headers=headers, ok=(200, 201))
+        return StartedBatch.from_json(answer)
+
+    def heartbeat(self, batch_id: str) -> Lease:
+        """Extends a running batch's lease by its ``lease_seconds`` from now.
+
+        Raises :class:`Conflict` (``batch_not_running``) once the batch is no
+        longer running.
+        """
+        _, answer = self._call("POST", f"/v1/batches/{_segment(batch_id)}/heartbeat")
+        return Lease.from_json(answer)
+
+    def commit(
+        self,
+        batch_id: str,
+        partitions: Sequence[PartitionStats],
+        *,
+        marker: str | None = None,
+        source: SourceStats | None = None,
+    ) -> BatchRecord:
+        """Commits a batch with its evidence; returns the published batch.
+
+        ``partitions`` must be exactly the partitions named at start, each with
+        ``rows_written`` and ``row_count`` (and optionally ``distinct_keys``,
+        ``null_keys``, ``metrics``). ``marker`` is the completion marker (e.g. a
+        ``_SUCCESS`` path); without one ``marker_present`` fails. Raises
+        :class:`ChecksFailed` when a blocking check fails: the batch is then
+        ``rejected`` and the exception carries its record. Repeating an
+        identical commit returns the same answer.
+        """
+        body: dict[str, Any] = {"partitions": [dict(p) for p in partitions]}
+        if marker is not None:
+            body["marker"] = marker
+        if source is not None:
+            body["source"] = dict(source)
+        status, answer = self._send("POST", f"/v1/batches/{_segment(batch_id)}/commit", json=body)
+        if status == 200:
+            return BatchRecord.from_json(answer)
+        error = answer.get("error") if isinstance(answer, dict) else None
+        if status == 422 and isinstance(error, dict) and error.get("code") == "checks_failed":
+            record = {k: v for k, v in answer.items() if k != "error"}
+            raise ChecksFailed(
+                str(error.get("message", "")),
+                batch=BatchRecord.from_json(record),
+                details=error.get("details") or {},
+            )
+        raise error_from_response(status, answer, "")
+
+    def fail(
+        self,
+        batch_id: str,
+        stage: str,
+        category: str | None = None,
+        message: str | None = None,
+    ) -> BatchRecord:
+        """Reports that a batch failed at ``stage`` (``read``, ``compute``, ``write``, ``verify``).
+
+        ``category`` is ``resource``, ``data``, ``logic``, ``partial_write`` or
+        ``unknown`` (the default). A failure at ``read``/``compute`` leaves the
+        earlier version ready; at ``write``/``verify`` the partitions are not
+        ready until a later batch publishes.
+        """
+        body: dict[str, Any] = {"stage": stage}
+        if category is not None:
+            body["category"] = category
+        if message is not None:
+            body["message"] = message
+        _, answer = self._call("POST", f"/v1/batches/{_segment(batch_id)}/fail", json=body)
+        return BatchRecord.from_json(answer)
+
+    def get_batch(self, batch_id: str) -> BatchRecord:
+        """The whole record of one batch, with its ordered events."""
+        _, answer = self._call("GET", f"/v1/batches/{_segment(batch_id)}")
+        return BatchRecord.from_json(answer)
+
+    def batches(
+        self,
+        *,
+        task: str | None = None,
+        dataset: str | None = None,
+        dt: DateLike | None = None,
+        state: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BatchPage:
+        """One page of batches matching every given filter, newest first.
+
+        ``since``/``until`` are RFC 3339 times; ``limit`` is at most 500. Pass
+        the page's ``next_cursor`` as ``cursor`` for the next page.
+        """
+        filters = {
+            "task": task,
+            "dataset": dataset,
+            "dt": format_dt(dt) if dt is not None else None,
+            "state": state,
+            "since": since,
+            "until": until,
+            "limit": str(limit) if limit is not None else None,
+            "cursor": cursor,
+        }
+        params = [(k, v) for k, v in filters.items() if v is not None]
+        _, answer = self._call("GET", "/v1/batches", params=params)
+        return BatchPage(
+            items=[BatchRecord.from_json(b) for b in answer["items"]],
+            next_cursor=answer.get("next_cursor"),
+        )
+
+    def batch(
+        self,
+        task: str,
+        dataset: str,
+        dt: DateLike,
+        partitions: Sequence[str],
+        *,
+        scope: Mapping[str, Any] | None = None,
+        trigger: str | None = None,
+        run_ref: str | None = None,
+        lease_seconds: int | None = None,
+        idempotency_key: str | None = None,
+        heartbeat_interval: float | None = None,
+    ) -> BatchRun:
+        """A batch as a ``with`` block: start, heartbeat while the body runs, fail on error.
+
+        ::
+
+            with client.batch(task="t", dataset="d.t", dt="2026-08-24",
+                              partitions=["dt=2026-08-24"]) as b:
+                write(b.batch_id)
+                b.commit(partitions=[...], marker="...")
+
+        The block starts the batch on entry and heartbeats in a background
+        thread (every third of the lease unless ``heartbeat_interval`` says
+        otherwise). If the body raises, the batch is reported failed (stage and
+        category from a :class:`BatchFailed`, else ``write``/``unknown``) and
+        the exception propagates. If the body ends without ``b.commit(...)``
+        the batch is reported failed and :class:`BatchNotCommitted` is raised.
+        """
+        return BatchRun(
+            self,
+            dict(
+                task=task,
+                dataset=dataset,
+                dt=dt,
+                partitions=partitions,
+                scope=scope,
+                trigger=trigger,
+                run_ref=run_ref,
+                lease_seconds=lease_seconds,
+                idempotency_key=idempotency_key,
+            ),
+            heartbeat_interval=heartbeat_interval,
+        )
+
+    # -- readiness --------------------------------------------------------
+
+    def ready(
+        self,
+        dataset: str | None = None,
+        partitions: Sequence[str] | None = None,
+        *,
+        task: str | None = None,
+        dt: DateLike | None = None,
+        wait: float | None = None,
+        until_rejected: bool = False,
+    ) -> Readiness:
+        """Whether ``partitions`` of ``dataset`` (or ``task``'s latest batch for ``dt``) are ready.
+
+        Not ready is an answer, not an error: check ``readiness.ready`` and
+        ``readiness.reason``. With ``wait`` (seconds, at most 300) the service
+        answers as soon as they are ready, else when the wait is over; with
+        ``until_rejected`` also as soon as the latest batch is rejected.
+        """
+        params = ready_params(
+            dataset=dataset,
+            partitions=partitions,
+            task=task,
+            dt=dt,
+            wait=wait,
+            until_rejected=until_rejected,
+        )
+        timeout = self.timeout + (wait or 0.0)
+        status, answer = self._send("GET", "/ready", params=params, timeout=timeout)
+        return readiness_from_response(status, answer, "")
+
+    def wait_ready(
+        self,
+        dataset: str | None = None,
+        partitions: Sequence[str] | None = None,
+        *,
+        task: str | None = None,
+        dt: DateLike | None = None,
+        timeout: float,
+        fail_on_rejected: bool = False,
+        max_slice: float = MAX_WAIT_SECONDS,
+        retry_interval: float = 5.0,
+    ) -> Readiness:
+        """Blocks until the partitions are ready, using the service's long-poll.
+
+        Each request waits up to ``max_slice`` seconds (at most 300) on the
+        service, which wakes it the moment a batch publishes: no polling loop.
+        Raises :class:`WaitTimeout` after ``timeout`` seconds, and with
+        ``fail_on_rejected`` :class:`PartitionRejected` as soon as the latest
+        batch is rejected. While the service is unreachable it retries every
+        ``retry_interval`` seconds until the timeout.
+        """
+        if not 0 < max_slice <= MAX_WAIT_SECONDS:
+            raise ValueError(f"max_slice must be from 0 to {MAX_WAIT_SECONDS:g} seconds")
+        deadline = time.monotonic() + timeout
+        last: Readiness | None = None
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                last = self.ready(
+                    dataset,
+                    partitions,
+                    task=task,
+                    dt=dt,
+                    wait=min(max_slice, remaining),
+                    until_rejected=fail_on_rejected,
+                )
+            except ServiceUnavailable as e:
+                if remaining <= 0:
+                    raise WaitTimeout(f"gave up after {timeout:g} s: {e}", last) from e
+                log.warning("batchgate unreachable, retrying in %g s: %s", retry_interval, e)
+                time.sleep(min(retry_interval, remaining))
+                continue
+            if last.ready:
+                return last
+            if fail_on_rejected and last.reason == "rejected":
+                raise PartitionRejected(last)
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"{last.describe()} not ready after {timeout:g} s (reason: {last.reason})", last
+                )
+
+    # -- transport --------------------------------------------------------
+
+    def _session(self) -> requests.Session:
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            session.headers.update(self._headers)
+            self._local.session = session
+            with self._sessions_lock:
+                self._sessions.append(session)
+        return session
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: QueryParams | None = None,
+        json: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, Any]:
+        """Sends one request; returns the status and the decoded JSON body."""
+        url = self.base_url + path
+        try:
+            response = self._session().request(
+                method,
+                url,
+                params=params,
+                json=json,
+                headers=headers,
+                timeout=timeout if timeout is not None else self.timeout,
+            )
+        except requests.RequestException as e:
+            raise transport_error(e, f"{method} {url}") from e
+        try:
+            body = response.json()
+        except ValueError:
+            # Not the service speaking (a proxy's error page, a wrong base URL).
+            raise error_from_response(response.status_code, None, response.text) from None
+        return response.status_code, body
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: QueryParams | None = None,
+        json: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        ok: tuple[int, ...] = (200,),
+    ) -> tuple[int, Any]:
+        """Sends one request and raises the service's error unless the status is in ``ok``."""
+        status, body = self._send(method, path, params=params, json=json, headers=headers)
+        if status not in ok:
+            raise error_from_response(status, body, "")
+        return status, body
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
