@@ -129,7 +129,7 @@ fn metrics_agree(a: f64, b: f64) -> bool {
 }
 
 /// The middle of the baseline; the mean of the two middle values for an even count.
-fn median(values: &[i64]) -> Option<f64> {
+pub fn median(values: &[i64]) -> Option<f64> {
     if values.is_empty() {
         return None;
     }

@@ -9,6 +9,7 @@ mod openlineage;
 mod partitions;
 mod query;
 mod ready;
+mod repairs;
 mod service;
 
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub fn router(state: AppState) -> Router {
         .merge(openlineage::router())
         .merge(partitions::router())
         .merge(ready::router())
+        .merge(repairs::router())
         .merge(service::router())
         .with_state(state);
     // Outermost last: every response, even a panic or a timeout, passes the

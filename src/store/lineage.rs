@@ -317,68 +317,72 @@ impl super::SqlStore {
     /// built from it (downstream), from what batches actually read.
     pub(super) async fn do_lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
         let mut r = self.read().await?;
-        let mut c = r.conn();
-        let root = standing(&mut c, dataset, partition).await?;
-        let mut nodes = vec![LineageNode {
-            dataset: dataset.into(),
-            partition: partition.into(),
-            state: node_state(&root),
-            version: root.as_ref().map_or(0, |s| s.version),
-            batch_id: root.as_ref().and_then(|s| s.published_batch_id.clone()),
-            depth: 0,
-        }];
-        let mut edges = Vec::new();
-        let mut seen = BTreeSet::from([(dataset.to_owned(), partition.to_owned())]);
-        let mut frontier = vec![(dataset.to_owned(), partition.to_owned())];
-        for level in 1..=depth {
-            let mut next = Vec::new();
-            for (ds, p) in std::mem::take(&mut frontier) {
-                // (neighbour dataset, partition, version read, reading batch)
-                let hops: Vec<(String, String, i64, String)> = match direction {
-                    Direction::Upstream => {
-                        c.all(
-                            "SELECT i.input_dataset, i.input_partition, i.input_version, i.batch_id FROM partitions d \
-                             JOIN batch_inputs i ON i.batch_id = COALESCE(d.published_batch_id, d.batch_id) \
-                             WHERE d.dataset = $1 AND d.partition_spec = $2 ORDER BY 1, 2",
-                            args![&ds, &p],
-                        )
-                        .await?
-                    }
-                    Direction::Downstream => {
-                        c.all(
-                            "SELECT d.dataset, d.partition_spec, i.input_version, i.batch_id FROM batch_inputs i \
-                             JOIN partitions d ON COALESCE(d.published_batch_id, d.batch_id) = i.batch_id \
-                             WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY 1, 2",
-                            args![&ds, &p],
-                        )
-                        .await?
-                    }
+        walk(&mut r.conn(), dataset, partition, direction, depth).await
+    }
+}
+
+/// Walks the lineage graph from a partition, `depth` hops at most.
+pub(super) async fn walk(c: &mut Conn<'_>, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
+    let root = standing(c, dataset, partition).await?;
+    let mut nodes = vec![LineageNode {
+        dataset: dataset.into(),
+        partition: partition.into(),
+        state: node_state(&root),
+        version: root.as_ref().map_or(0, |s| s.version),
+        batch_id: root.as_ref().and_then(|s| s.published_batch_id.clone()),
+        depth: 0,
+    }];
+    let mut edges = Vec::new();
+    let mut seen = BTreeSet::from([(dataset.to_owned(), partition.to_owned())]);
+    let mut frontier = vec![(dataset.to_owned(), partition.to_owned())];
+    for level in 1..=depth {
+        let mut next = Vec::new();
+        for (ds, p) in std::mem::take(&mut frontier) {
+            // (neighbour dataset, partition, version read, reading batch)
+            let hops: Vec<(String, String, i64, String)> = match direction {
+                Direction::Upstream => {
+                    c.all(
+                        "SELECT i.input_dataset, i.input_partition, i.input_version, i.batch_id FROM partitions d \
+                         JOIN batch_inputs i ON i.batch_id = COALESCE(d.published_batch_id, d.batch_id) \
+                         WHERE d.dataset = $1 AND d.partition_spec = $2 ORDER BY 1, 2",
+                        args![&ds, &p],
+                    )
+                    .await?
+                }
+                Direction::Downstream => {
+                    c.all(
+                        "SELECT d.dataset, d.partition_spec, i.input_version, i.batch_id FROM batch_inputs i \
+                         JOIN partitions d ON COALESCE(d.published_batch_id, d.batch_id) = i.batch_id \
+                         WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY 1, 2",
+                        args![&ds, &p],
+                    )
+                    .await?
+                }
+            };
+            for (nds, np, read_version, batch_id) in hops {
+                let here = json!({"dataset": ds, "partition": p});
+                let there = json!({"dataset": nds, "partition": np});
+                let (from, to, upstream_of_edge) = match direction {
+                    Direction::Upstream => (there, here, (nds.clone(), np.clone())),
+                    Direction::Downstream => (here, there, (ds.clone(), p.clone())),
                 };
-                for (nds, np, read_version, batch_id) in hops {
-                    let here = json!({"dataset": ds, "partition": p});
-                    let there = json!({"dataset": nds, "partition": np});
-                    let (from, to, upstream_of_edge) = match direction {
-                        Direction::Upstream => (there, here, (nds.clone(), np.clone())),
-                        Direction::Downstream => (here, there, (ds.clone(), p.clone())),
-                    };
-                    let up = standing(&mut c, &upstream_of_edge.0, &upstream_of_edge.1).await?;
-                    edges.push(LineageEdge { from, to, input_version: read_version, current_version: up.map_or(0, |s| s.version), batch_id });
-                    if seen.insert((nds.clone(), np.clone())) {
-                        let s = standing(&mut c, &nds, &np).await?;
-                        nodes.push(LineageNode {
-                            dataset: nds.clone(),
-                            partition: np.clone(),
-                            state: node_state(&s),
-                            version: s.as_ref().map_or(0, |s| s.version),
-                            batch_id: s.as_ref().and_then(|s| s.published_batch_id.clone()),
-                            depth: level,
-                        });
-                        next.push((nds, np));
-                    }
+                let up = standing(c, &upstream_of_edge.0, &upstream_of_edge.1).await?;
+                edges.push(LineageEdge { from, to, input_version: read_version, current_version: up.map_or(0, |s| s.version), batch_id });
+                if seen.insert((nds.clone(), np.clone())) {
+                    let s = standing(c, &nds, &np).await?;
+                    nodes.push(LineageNode {
+                        dataset: nds.clone(),
+                        partition: np.clone(),
+                        state: node_state(&s),
+                        version: s.as_ref().map_or(0, |s| s.version),
+                        batch_id: s.as_ref().and_then(|s| s.published_batch_id.clone()),
+                        depth: level,
+                    });
+                    next.push((nds, np));
                 }
             }
-            frontier = next;
         }
-        Ok(LineageGraph { nodes, edges })
+        frontier = next;
     }
+    Ok(LineageGraph { nodes, edges })
 }

@@ -15,6 +15,7 @@ mod openlineage;
 mod postgres;
 mod reads;
 mod records;
+mod repairs;
 mod scans;
 mod sqlite;
 
@@ -28,6 +29,7 @@ use serde_json::Value;
 pub use alerts::{AlertRecord, OutboxItem};
 pub use lineage::{ChangeRecord, Direction, InputRecord, LineageGraph, UnreadyInput};
 pub use openlineage::LineageEvent;
+pub use repairs::NewRepair;
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
@@ -199,6 +201,10 @@ pub trait Store: Send + Sync + 'static {
     /// Readiness changes after feed position `after`, in commit order.
     async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>>;
     async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph>;
+    /// Plans a repair from the registry's evidence.
+    async fn create_repair(&self, repair: NewRepair) -> Result<Value>;
+    /// A plan with its progress.
+    async fn get_repair(&self, id: i64) -> Result<Option<Value>>;
 
     /// Stores an OpenLineage event as received; returns its id.
     async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64>;

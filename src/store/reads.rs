@@ -360,6 +360,14 @@ impl Store for SqlStore {
         self.do_lineage(dataset, partition, direction, depth).await
     }
 
+    async fn create_repair(&self, repair: NewRepair) -> Result<Value> {
+        self.do_create_repair(repair).await
+    }
+
+    async fn get_repair(&self, id: i64) -> Result<Option<Value>> {
+        self.do_get_repair(id).await
+    }
+
     async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64> {
         self.do_record_lineage_event(event).await
     }

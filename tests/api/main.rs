@@ -15,5 +15,6 @@ mod lineage;
 mod listing;
 mod long_poll;
 mod openapi;
+mod repairs;
 mod retries;
 mod openlineage;
