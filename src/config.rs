@@ -74,7 +74,10 @@ mod tests {
             "postgres://postgres@127.0.0.1/x"
         );
         assert_eq!(redact("sqlite://batchgate.db"), "sqlite://batchgate.db");
-        let s = Settings { database_url: "postgres://u:pw@h/d".into(), ..Settings::default() };
+        let s = Settings {
+            database_url: "postgres://u:pw@h/d".into(),
+            ..Settings::default()
+        };
         assert!(!format!("{s:?}").contains("pw"));
     }
 }

@@ -34,13 +34,23 @@ pub struct ScanReport {
 /// `base`, `2·base`, `4·base`, … capped at five minutes.
 pub fn backoff(base: Duration, failures: u32) -> Duration {
     let factor = 2u32.saturating_pow(failures.saturating_sub(1));
-    base.checked_mul(factor).unwrap_or(MAX_BACKOFF).min(MAX_BACKOFF)
+    base.checked_mul(factor)
+        .unwrap_or(MAX_BACKOFF)
+        .min(MAX_BACKOFF)
 }
 
 impl Scanner {
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, backoff: Duration) -> Self {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("an HTTP client without TLS builds");
-        Self { store, clock, http, backoff }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("an HTTP client without TLS builds");
+        Self {
+            store,
+            clock,
+            http,
+            backoff,
+        }
     }
 
     /// One pass of every scan. A failing scan is logged and the others still run.
@@ -77,7 +87,11 @@ impl Scanner {
             loop {
                 tick.tick().await;
                 let r = self.run_once().await;
-                if !r.abandoned.is_empty() || r.deadlines_missed > 0 || r.delivered > 0 || r.failed_deliveries > 0 {
+                if !r.abandoned.is_empty()
+                    || r.deadlines_missed > 0
+                    || r.delivered > 0
+                    || r.failed_deliveries > 0
+                {
                     tracing::info!(abandoned = ?r.abandoned, deadlines_missed = r.deadlines_missed, delivered = r.delivered,
                         failed = r.failed_deliveries, "scan");
                 }
@@ -87,7 +101,13 @@ impl Scanner {
 
     /// POSTs one alert; true when the receiver took it (2xx).
     async fn deliver(&self, item: &OutboxItem) -> bool {
-        let sent = self.http.post(&item.url).header("Idempotency-Key", &item.idempotency_key).json(&item.payload.0).send().await;
+        let sent = self
+            .http
+            .post(&item.url)
+            .header("Idempotency-Key", &item.idempotency_key)
+            .json(&item.payload.0)
+            .send()
+            .await;
         let error = match sent {
             Ok(resp) if resp.status().is_success() => {
                 if let Err(e) = self.store.webhook_delivered(item.id).await {
@@ -100,7 +120,8 @@ impl Scanner {
         };
         let failures = u32::try_from(item.attempts + 1).unwrap_or(u32::MAX);
         let wait = backoff(self.backoff, failures);
-        let retry_at = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(300));
+        let retry_at = self.clock.now()
+            + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(300));
         tracing::warn!(id = item.id, url = %item.url, attempt = failures, %error, retry_in = ?wait, "webhook delivery failed");
         if let Err(e) = self.store.webhook_failed(item.id, &error, retry_at).await {
             tracing::error!(error = ?e, id = item.id, "could not record the failed delivery");

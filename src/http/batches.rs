@@ -64,12 +64,21 @@ struct InputRef {
 fn input_refs(raw: Vec<InputRef>) -> Result<Vec<(String, String)>> {
     let mut out = Vec::with_capacity(raw.len());
     for (i, r) in raw.into_iter().enumerate() {
-        DatasetName::parse(&r.dataset).map_err(|e| Error::invalid(format!("inputs[{i}].dataset"), e.to_string()))?;
-        PartitionSpec::parse(&r.partition)
-            .map_err(|e| Error::invalid_code("invalid_partition", format!("inputs[{i}].partition"), e.to_string()))?;
+        DatasetName::parse(&r.dataset)
+            .map_err(|e| Error::invalid(format!("inputs[{i}].dataset"), e.to_string()))?;
+        PartitionSpec::parse(&r.partition).map_err(|e| {
+            Error::invalid_code(
+                "invalid_partition",
+                format!("inputs[{i}].partition"),
+                e.to_string(),
+            )
+        })?;
         let pair = (r.dataset, r.partition);
         if out.contains(&pair) {
-            return Err(Error::invalid(format!("inputs[{i}]"), "this input is listed twice"));
+            return Err(Error::invalid(
+                format!("inputs[{i}]"),
+                "this input is listed twice",
+            ));
         }
         out.push(pair);
     }
@@ -109,18 +118,33 @@ fn check_scope(scope: &Value) -> Result<()> {
 /// Parses the declared partitions. A wildcard (`dt=*`) is set aside rather
 /// than refused here: whether it is a malformed spec or an overwrite that is
 /// too wide depends on the dataset's write mode, which the store knows.
-fn partition_specs(raw: &[String]) -> Result<(Vec<PartitionSpec>, Vec<(usize, String)>)> {
+/// Concrete partitions, and wildcards by position.
+type Declared = (Vec<PartitionSpec>, Vec<(usize, String)>);
+
+fn partition_specs(raw: &[String]) -> Result<Declared> {
     let mut out: Vec<PartitionSpec> = Vec::with_capacity(raw.len());
     let mut wildcards = Vec::new();
     for (i, p) in raw.iter().enumerate() {
         let field = || format!("partitions[{i}]");
         match PartitionSpec::parse(p) {
             Ok(spec) if out.contains(&spec) => {
-                return Err(Error::invalid_code("invalid_partition", field(), format!("partition {p:?} is listed twice")));
+                return Err(Error::invalid_code(
+                    "invalid_partition",
+                    field(),
+                    format!("partition {p:?} is listed twice"),
+                ));
             }
             Ok(spec) => out.push(spec),
-            Err(_) if p.contains('*') && PartitionSpec::parse(&p.replace('*', "x")).is_ok() => wildcards.push((i, p.clone())),
-            Err(e) => return Err(Error::invalid_code("invalid_partition", field(), e.to_string())),
+            Err(_) if p.contains('*') && PartitionSpec::parse(&p.replace('*', "x")).is_ok() => {
+                wildcards.push((i, p.clone()))
+            }
+            Err(e) => {
+                return Err(Error::invalid_code(
+                    "invalid_partition",
+                    field(),
+                    e.to_string(),
+                ))
+            }
         }
     }
     Ok((out, wildcards))
@@ -209,12 +233,24 @@ struct WrittenBody {
 
 /// The task's write to the target committed (before verification): history
 /// can then tell "never wrote" from "wrote, then died".
-async fn written(State(app): State<AppState>, Path(batch_id): Path<String>, body: AppJson<WrittenBody>) -> Result<Response> {
+async fn written(
+    State(app): State<AppState>,
+    Path(batch_id): Path<String>,
+    body: AppJson<WrittenBody>,
+) -> Result<Response> {
     let mut parts = Vec::new();
     for (i, p) in body.value.partitions.into_iter().enumerate() {
-        let spec = PartitionSpec::parse(&p.partition)
-            .map_err(|e| Error::invalid_code("invalid_partition", format!("partitions[{i}].partition"), e.to_string()))?;
-        parts.push((spec, count(format!("partitions[{i}].rows_written"), p.rows_written)?));
+        let spec = PartitionSpec::parse(&p.partition).map_err(|e| {
+            Error::invalid_code(
+                "invalid_partition",
+                format!("partitions[{i}].partition"),
+                e.to_string(),
+            )
+        })?;
+        parts.push((
+            spec,
+            count(format!("partitions[{i}].rows_written"), p.rows_written)?,
+        ));
     }
     Ok(Json(app.store.record_written(&batch_id, parts).await?).into_response())
 }

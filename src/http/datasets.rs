@@ -73,16 +73,26 @@ fn policy(b: PolicyBody) -> Result<DatasetPolicy> {
             "baseline_periods must be from 1 to 366",
         ));
     }
-    let max_partitions_per_batch = b.max_partitions_per_batch.unwrap_or(d.max_partitions_per_batch);
+    let max_partitions_per_batch = b
+        .max_partitions_per_batch
+        .unwrap_or(d.max_partitions_per_batch);
     if max_partitions_per_batch == 0 {
-        return Err(Error::invalid("max_partitions_per_batch", "max_partitions_per_batch must be at least 1"));
+        return Err(Error::invalid(
+            "max_partitions_per_batch",
+            "max_partitions_per_batch must be at least 1",
+        ));
     }
     if let Some(dl) = &b.deadline {
         dl.validate().map_err(|e| Error::invalid("deadline", e))?;
     }
     if let Some(url) = &b.webhook_url {
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url.parse::<axum::http::Uri>().is_err() {
-            return Err(Error::invalid("webhook_url", format!("{url:?} is not an http(s) URL")));
+        if !(url.starts_with("http://") || url.starts_with("https://"))
+            || url.parse::<axum::http::Uri>().is_err()
+        {
+            return Err(Error::invalid(
+                "webhook_url",
+                format!("{url:?} is not an http(s) URL"),
+            ));
         }
     }
     Ok(DatasetPolicy {

@@ -1,7 +1,7 @@
 //! `/v1/partitions`: every partition of a dataset with its standing.
 
-use axum::extract::{RawQuery, State};
 use axum::extract::Path;
+use axum::extract::{RawQuery, State};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
@@ -17,9 +17,10 @@ use crate::error::{Error, Result};
 use crate::store::PartitionQuery;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/partitions", get(list))
-        .route("/v1/partitions/{dataset}/{partition}/invalidate", post(invalidate))
+    Router::new().route("/v1/partitions", get(list)).route(
+        "/v1/partitions/{dataset}/{partition}/invalidate",
+        post(invalidate),
+    )
 }
 
 async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>> {
@@ -58,11 +59,19 @@ async fn invalidate(
     body: AppJson<InvalidateBody>,
 ) -> Result<Json<Value>> {
     DatasetName::parse(&dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
-    PartitionSpec::parse(&partition).map_err(|e| Error::invalid_code("invalid_partition", "partition", e.to_string()))?;
+    PartitionSpec::parse(&partition)
+        .map_err(|e| Error::invalid_code("invalid_partition", "partition", e.to_string()))?;
     let reason = body.value.reason.trim().to_owned();
     if reason.is_empty() {
-        return Err(Error::invalid("reason", "say why the partition is taken out of service"));
+        return Err(Error::invalid(
+            "reason",
+            "say why the partition is taken out of service",
+        ));
     }
-    app.store.invalidate_partition(&dataset, &partition, &reason).await?;
-    Ok(Json(json!({"dataset": dataset, "partition": partition, "invalidated": true, "reason": reason})))
+    app.store
+        .invalidate_partition(&dataset, &partition, &reason)
+        .await?;
+    Ok(Json(
+        json!({"dataset": dataset, "partition": partition, "invalidated": true, "reason": reason}),
+    ))
 }

@@ -61,7 +61,12 @@ pub struct AlertRecord {
 
 /// Raises an alert unless one with the same key exists, and queues it for
 /// every webhook. Returns the new alert's id.
-pub(super) async fn raise(c: &mut Conn<'_>, a: NewAlert, webhooks: &[String], now: DateTime<Utc>) -> Result<Option<i64>> {
+pub(super) async fn raise(
+    c: &mut Conn<'_>,
+    a: NewAlert,
+    webhooks: &[String],
+    now: DateTime<Utc>,
+) -> Result<Option<i64>> {
     let sql = format!(
         "INSERT INTO alerts (dedup_key, kind, state, severity, task, dataset, dt, partitions, batch_id, stage, category, \
            failing_checks, downstream, owner, recommended_action, retryable, message, raised_at) \
@@ -92,7 +97,9 @@ pub(super) async fn raise(c: &mut Conn<'_>, a: NewAlert, webhooks: &[String], no
             ],
         )
         .await?;
-    let Some(alert) = inserted else { return Ok(None) };
+    let Some(alert) = inserted else {
+        return Ok(None);
+    };
     let payload = serde_json::to_value(&alert).map_err(anyhow::Error::from)?;
     let mut urls: Vec<&String> = webhooks.iter().collect();
     urls.dedup();
@@ -107,18 +114,35 @@ pub(super) async fn raise(c: &mut Conn<'_>, a: NewAlert, webhooks: &[String], no
 }
 
 /// Resolves every open alert of a data date whose partitions are all ready.
-pub(super) async fn resolve_ready(c: &mut Conn<'_>, dataset: &str, dt: NaiveDate, now: DateTime<Utc>) -> Result<()> {
-    let open: Vec<(i64, Json<Vec<String>>)> =
-        c.all("SELECT id, partitions FROM alerts WHERE dataset = $1 AND dt = $2 AND state = 'open'", args![dataset, dt]).await?;
+pub(super) async fn resolve_ready(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    dt: NaiveDate,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let open: Vec<(i64, Json<Vec<String>>)> = c
+        .all(
+            "SELECT id, partitions FROM alerts WHERE dataset = $1 AND dt = $2 AND state = 'open'",
+            args![dataset, dt],
+        )
+        .await?;
     for (id, parts) in open {
         let mut all_ready = true;
         for p in &parts.0 {
-            let state: Option<(String,)> =
-                c.opt("SELECT state FROM partitions WHERE dataset = $1 AND partition_spec = $2", args![dataset, p]).await?;
+            let state: Option<(String,)> = c
+                .opt(
+                    "SELECT state FROM partitions WHERE dataset = $1 AND partition_spec = $2",
+                    args![dataset, p],
+                )
+                .await?;
             all_ready &= state.is_some_and(|(s,)| s == "ready");
         }
         if all_ready {
-            c.exec("UPDATE alerts SET state = 'resolved', resolved_at = $2 WHERE id = $1", args![id, now]).await?;
+            c.exec(
+                "UPDATE alerts SET state = 'resolved', resolved_at = $2 WHERE id = $1",
+                args![id, now],
+            )
+            .await?;
         }
     }
     Ok(())

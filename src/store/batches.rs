@@ -7,19 +7,21 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{json, Value};
 use sqlx::types::Json;
 
+use super::alerts::{self, NewAlert};
 use super::db::{args, Conn, Tx};
-use super::records::{parse_col, BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue, DATASET_COLUMNS};
+use super::lineage;
+use super::records::{
+    parse_col, BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue, DATASET_COLUMNS,
+};
 use super::{Decision, FailReport, Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
-use crate::domain::batch::{leaves_residue, touches_table, BatchState, FailStage};
-use super::alerts::{self, NewAlert};
-use super::lineage;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
+use crate::domain::batch::{leaves_residue, touches_table, BatchState, FailStage};
 use crate::domain::checks::{self, CheckResult, CommitEvidence, PartitionHistory};
-use crate::domain::policy::{DatasetPolicy, WriteMode};
-use crate::domain::retry::{self, RetryAdvice};
 use crate::domain::names::{BatchId, PartitionSpec};
+use crate::domain::policy::{DatasetPolicy, WriteMode};
 use crate::domain::readiness::partition_state;
+use crate::domain::retry::{self, RetryAdvice};
 use crate::error::{Error, Result};
 
 pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
@@ -178,7 +180,7 @@ impl SqlStore {
     pub(super) async fn do_start(&self, req: StartBatch) -> Result<Started> {
         let now = self.now();
         let dataset = req.dataset.as_str();
-        let mut tx = self.begin_write(&[dataset]).await?;
+        let mut tx = self.begin_write().await?;
         let mut c = tx.conn();
 
         if let Some(key) = &req.idempotency_key {
@@ -198,9 +200,15 @@ impl SqlStore {
                     )
                     .await?;
                 let detail = started.and_then(|(d,)| d).map(|d| d.0).unwrap_or_default();
-                let residue = serde_json::from_value::<Vec<Residue>>(detail["residue"].clone()).unwrap_or_default();
+                let residue = serde_json::from_value::<Vec<Residue>>(detail["residue"].clone())
+                    .unwrap_or_default();
                 let retry = serde_json::from_value::<RetryAdvice>(detail["retry"].clone())
-                    .map_err(|e| anyhow::anyhow!("started event of {} lacks its retry advice: {e}", b.batch_id))?;
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "started event of {} lacks its retry advice: {e}",
+                            b.batch_id
+                        )
+                    })?;
                 let inputs = lineage::inputs_of(&mut c, &b.batch_id).await?;
                 return Ok(Started {
                     inputs,
@@ -223,9 +231,14 @@ impl SqlStore {
         let policy = load_policy(&mut c, dataset).await?.policy();
         guard_scope(&policy, &req)?;
         if let Some(repair) = req.repair_id {
-            let found: Option<(i64,)> = c.opt("SELECT id FROM repairs WHERE id = $1", args![repair]).await?;
+            let found: Option<(i64,)> = c
+                .opt("SELECT id FROM repairs WHERE id = $1", args![repair])
+                .await?;
             if found.is_none() {
-                return Err(Error::invalid("repair_id", format!("no repair plan {repair}")));
+                return Err(Error::invalid(
+                    "repair_id",
+                    format!("no repair plan {repair}"),
+                ));
             }
         }
         let (inputs, unready) = lineage::resolve_inputs(&mut c, &req.inputs).await?;
@@ -234,7 +247,11 @@ impl SqlStore {
                 "upstream_not_ready",
                 format!(
                     "inputs not ready: {}",
-                    unready.iter().map(|u| format!("{} {} ({})", u.dataset, u.partition, u.reason)).collect::<Vec<_>>().join(", ")
+                    unready
+                        .iter()
+                        .map(|u| format!("{} {} ({})", u.dataset, u.partition, u.reason))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 json!({"inputs": unready}),
             ));
@@ -294,7 +311,10 @@ impl SqlStore {
 
         let mut changed: BTreeSet<String> = req.partitions.iter().map(|p| p.to_string()).collect();
         for old in expired.values() {
-            changed.extend(self.abandon(&mut c, old, Some(&batch_id), &policy, now).await?);
+            changed.extend(
+                self.abandon(&mut c, old, Some(&batch_id), &policy, now)
+                    .await?,
+            );
         }
 
         let mut residue: BTreeMap<String, Residue> = BTreeMap::new();
@@ -313,8 +333,14 @@ impl SqlStore {
         }
         let residue: Vec<Residue> = residue.into_values().collect();
         let residue_ids: Vec<String> = residue.iter().map(|r| r.batch_id.clone()).collect();
-        let retry = retry::advise(policy.write_mode, dataset, !policy.unique_key.is_empty(), &residue_ids, &req.cleaned_batch_ids)
-            .map_err(|r| Error::conflict(r.code, r.message, r.details))?;
+        let retry = retry::advise(
+            policy.write_mode,
+            dataset,
+            !policy.unique_key.is_empty(),
+            &residue_ids,
+            &req.cleaned_batch_ids,
+        )
+        .map_err(|r| Error::conflict(r.code, r.message, r.details))?;
 
         let lease_expires_at = now + Duration::seconds(req.lease_seconds);
         let (id,): (i64,) = c
@@ -377,19 +403,45 @@ impl SqlStore {
 
     /// The webhooks an alert of this dataset goes to.
     pub(super) fn webhooks(&self, policy: &DatasetPolicy) -> Vec<String> {
-        self.webhook_url.iter().chain(policy.webhook_url.iter()).cloned().collect()
+        self.webhook_url
+            .iter()
+            .chain(policy.webhook_url.iter())
+            .cloned()
+            .collect()
     }
 
     /// Marks a running batch abandoned (its lease ran out), by a newer batch
     /// starting on its partitions or by the lease scan, and raises the alert.
-    pub(super) async fn abandon(&self, c: &mut Conn<'_>, b: &BatchRow, by: Option<&str>, policy: &DatasetPolicy, now: DateTime<Utc>) -> Result<Vec<String>> {
+    pub(super) async fn abandon(
+        &self,
+        c: &mut Conn<'_>,
+        b: &BatchRow,
+        by: Option<&str>,
+        policy: &DatasetPolicy,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>> {
         if let Some(by) = by {
-            c.exec("UPDATE batches SET superseded_by = $2 WHERE batch_id = $1", args![&b.batch_id, by]).await?;
+            c.exec(
+                "UPDATE batches SET superseded_by = $2 WHERE batch_id = $1",
+                args![&b.batch_id, by],
+            )
+            .await?;
         }
         let parts = settle(c, b, BatchState::Abandoned, now).await?;
-        event(c, &b.batch_id, "abandoned", now, json!({"lease_expired_at": b.lease_expires_at, "by": by})).await?;
+        event(
+            c,
+            &b.batch_id,
+            "abandoned",
+            now,
+            json!({"lease_expired_at": b.lease_expires_at, "by": by}),
+        )
+        .await?;
         let advice = alert_rules::for_abandoned();
-        let written = if b.written_at.is_some() { "after its write committed" } else { "before it reported a committed write" };
+        let written = if b.written_at.is_some() {
+            "after its write committed"
+        } else {
+            "before it reported a committed write"
+        };
         let alert = NewAlert {
             kind: AlertKind::Abandoned,
             dedup_key: format!("abandoned:{}", b.batch_id),
@@ -405,24 +457,19 @@ impl SqlStore {
             owner: policy.owner.clone(),
             action: advice.action,
             retryable: advice.retryable,
-            message: format!("batch {} stopped heartbeating; its lease expired at {} {written}", b.batch_id, b.lease_expires_at.to_rfc3339()),
+            message: format!(
+                "batch {} stopped heartbeating; its lease expired at {} {written}",
+                b.batch_id,
+                b.lease_expires_at.to_rfc3339()
+            ),
         };
         alerts::raise(c, alert, &self.webhooks(policy), now).await?;
         Ok(parts)
     }
 
-    /// Loads a batch and takes its dataset's write lock, in that order: the
-    /// batch's dataset never changes, so the row read before the lock names
-    /// the right lock; the row is read again under it.
+    /// Takes the write lock and loads a batch under it.
     pub(super) async fn lock_batch(&self, batch_id: &str) -> Result<(Tx, BatchRow)> {
-        let dataset = {
-            let mut r = self.read().await?;
-            load_batch(&mut r.conn(), batch_id)
-                .await?
-                .ok_or_else(|| not_found(batch_id))?
-                .dataset
-        };
-        let mut tx = self.begin_write(&[&dataset]).await?;
+        let mut tx = self.begin_write().await?;
         let b = load_batch(&mut tx.conn(), batch_id)
             .await?
             .ok_or_else(|| not_found(batch_id))?;
@@ -605,7 +652,16 @@ impl SqlStore {
             }
             let changed = settle(&mut c, &b, BatchState::Published, now).await?;
             for (partition, version) in &published {
-                lineage::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut downstream).await?;
+                lineage::on_published(
+                    &mut c,
+                    &b.dataset,
+                    partition,
+                    batch_id,
+                    *version,
+                    now,
+                    &mut downstream,
+                )
+                .await?;
             }
             event(
                 &mut c,
@@ -628,7 +684,8 @@ impl SqlStore {
                 json!({"state": "rejected", "failed_checks": failed}),
             )
             .await?;
-            let advice = alert_rules::for_rejection(verdict.checks.iter().map(|c| (c.name, c.status)));
+            let advice =
+                alert_rules::for_rejection(verdict.checks.iter().map(|c| (c.name, c.status)));
             let failing: Vec<&CheckResult> = verdict.failed_checks().collect();
             let alert = NewAlert {
                 kind: AlertKind::Rejected,
@@ -645,7 +702,10 @@ impl SqlStore {
                 owner: policy.owner.clone(),
                 action: advice.action,
                 retryable: advice.retryable,
-                message: format!("batch {batch_id} was rejected: {} failed", failed.join(", ")),
+                message: format!(
+                    "batch {batch_id} was rejected: {} failed",
+                    failed.join(", ")
+                ),
             };
             alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
             changed
@@ -671,7 +731,10 @@ impl SqlStore {
             args![batch_id, i64::from(status), body.clone()],
         )
         .await?;
-        let mut all = vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }];
+        let mut all = vec![Change {
+            dataset: b.dataset.clone(),
+            partitions: Some(changed),
+        }];
         all.extend(downstream);
         self.finish(tx, all).await?;
         Ok(Decision { status, body })
@@ -735,7 +798,11 @@ impl SqlStore {
                 "batch {batch_id} failed at {} ({}){}",
                 report.stage,
                 report.category,
-                report.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+                report
+                    .message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
             ),
         };
         alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
@@ -804,7 +871,11 @@ fn guard_scope(policy: &DatasetPolicy, req: &StartBatch) -> Result<()> {
                 format!("{raw:?} is a wildcard: an overwrite_partition batch must name the concrete partitions it replaces"),
             ));
         }
-        return Err(Error::invalid_code("invalid_partition", format!("partitions[{i}]"), format!("{raw:?} is a wildcard, not a partition")));
+        return Err(Error::invalid_code(
+            "invalid_partition",
+            format!("partitions[{i}]"),
+            format!("{raw:?} is a wildcard, not a partition"),
+        ));
     }
     let n = req.partitions.len();
     if overwrite && n > policy.max_partitions_per_batch as usize {

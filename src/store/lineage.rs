@@ -69,25 +69,45 @@ async fn standing(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Op
 
 /// Resolves each input to its current published version; returns the inputs
 /// and those of them that are not ready.
-pub(super) async fn resolve_inputs(c: &mut Conn<'_>, inputs: &[(String, String)]) -> Result<(Vec<InputRecord>, Vec<UnreadyInput>)> {
+pub(super) async fn resolve_inputs(
+    c: &mut Conn<'_>,
+    inputs: &[(String, String)],
+) -> Result<(Vec<InputRecord>, Vec<UnreadyInput>)> {
     let mut resolved = Vec::new();
     let mut unready = Vec::new();
     for (dataset, partition) in inputs {
         let s = standing(c, dataset, partition).await?;
-        let (version, batch_id) = s.as_ref().map(|s| (s.version, s.published_batch_id.clone())).unwrap_or((0, None));
+        let (version, batch_id) = s
+            .as_ref()
+            .map(|s| (s.version, s.published_batch_id.clone()))
+            .unwrap_or((0, None));
         let reason = match &s {
             None => Some("no_batch"),
             Some(s) => s.unfit(),
         };
         if let Some(reason) = reason {
-            unready.push(UnreadyInput { dataset: dataset.clone(), partition: partition.clone(), reason: reason.to_owned(), version });
+            unready.push(UnreadyInput {
+                dataset: dataset.clone(),
+                partition: partition.clone(),
+                reason: reason.to_owned(),
+                version,
+            });
         }
-        resolved.push(InputRecord { dataset: dataset.clone(), partition: partition.clone(), version, batch_id });
+        resolved.push(InputRecord {
+            dataset: dataset.clone(),
+            partition: partition.clone(),
+            version,
+            batch_id,
+        });
     }
     Ok((resolved, unready))
 }
 
-pub(super) async fn record_inputs(c: &mut Conn<'_>, batch_id: &str, inputs: &[InputRecord]) -> Result<()> {
+pub(super) async fn record_inputs(
+    c: &mut Conn<'_>,
+    batch_id: &str,
+    inputs: &[InputRecord],
+) -> Result<()> {
     for i in inputs {
         c.exec(
             "INSERT INTO batch_inputs (batch_id, input_dataset, input_partition, input_version, input_batch_id) VALUES ($1, $2, $3, $4, $5)",
@@ -106,7 +126,15 @@ pub(super) async fn inputs_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<In
             args![batch_id],
         )
         .await?;
-    Ok(rows.into_iter().map(|(dataset, partition, version, batch_id)| InputRecord { dataset, partition, version, batch_id }).collect())
+    Ok(rows
+        .into_iter()
+        .map(|(dataset, partition, version, batch_id)| InputRecord {
+            dataset,
+            partition,
+            version,
+            batch_id,
+        })
+        .collect())
 }
 
 /// Appends a readiness change to the feed.
@@ -130,7 +158,12 @@ pub(super) async fn emit(
 }
 
 /// Why a partition built from `input` at `built_on` is stale now, if it is.
-fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &Standing) -> Option<Value> {
+fn staleness(
+    input_dataset: &str,
+    input_partition: &str,
+    built_on: i64,
+    now: &Standing,
+) -> Option<Value> {
     let cause = if now.invalidated_reason.is_some() {
         "invalidated"
     } else if now.version > built_on {
@@ -140,8 +173,10 @@ fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &St
     } else {
         return None;
     };
-    Some(json!({"dataset": input_dataset, "partition": input_partition, "built_on_version": built_on,
-        "current_version": now.version, "cause": cause}))
+    Some(
+        json!({"dataset": input_dataset, "partition": input_partition, "built_on_version": built_on,
+        "current_version": now.version, "cause": cause}),
+    )
 }
 
 /// After a batch published `partition` at `version`: records the change,
@@ -159,7 +194,21 @@ pub(super) async fn on_published(
 ) -> Result<()> {
     let before = standing(c, dataset, partition).await?;
     let was_stale = before.as_ref().is_some_and(|s| s.stale_upstream.is_some());
-    emit(c, if version == 1 { "published" } else { "restated" }, dataset, partition, version, Some(batch_id), json!({}), now).await?;
+    emit(
+        c,
+        if version == 1 {
+            "published"
+        } else {
+            "restated"
+        },
+        dataset,
+        partition,
+        version,
+        Some(batch_id),
+        json!({}),
+        now,
+    )
+    .await?;
 
     let mut stale = None;
     for input in inputs_of(c, batch_id).await? {
@@ -176,8 +225,32 @@ pub(super) async fn on_published(
     )
     .await?;
     match (&stale, was_stale) {
-        (Some(why), _) => emit(c, "stale", dataset, partition, version, Some(batch_id), json!({"upstream": why}), now).await?,
-        (None, true) => emit(c, "fresh_again", dataset, partition, version, Some(batch_id), json!({}), now).await?,
+        (Some(why), _) => {
+            emit(
+                c,
+                "stale",
+                dataset,
+                partition,
+                version,
+                Some(batch_id),
+                json!({"upstream": why}),
+                now,
+            )
+            .await?
+        }
+        (None, true) => {
+            emit(
+                c,
+                "fresh_again",
+                dataset,
+                partition,
+                version,
+                Some(batch_id),
+                json!({}),
+                now,
+            )
+            .await?
+        }
         (None, false) => {}
     }
     propagate(c, dataset, partition, now, changed).await?;
@@ -185,48 +258,114 @@ pub(super) async fn on_published(
 }
 
 /// Takes a partition out of service until a new batch publishes it.
-pub(super) async fn invalidate(c: &mut Conn<'_>, dataset: &str, partition: &str, reason: &str, now: DateTime<Utc>, changed: &mut Vec<Change>) -> Result<bool> {
-    let Some(s) = standing(c, dataset, partition).await? else { return Ok(false) };
+pub(super) async fn invalidate(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+    changed: &mut Vec<Change>,
+) -> Result<bool> {
+    let Some(s) = standing(c, dataset, partition).await? else {
+        return Ok(false);
+    };
     c.exec(
         "UPDATE partitions SET invalidated_reason = $3, invalidated_at = $4, updated_at = $4 WHERE dataset = $1 AND partition_spec = $2",
         args![dataset, partition, reason, now],
     )
     .await?;
-    emit(c, "invalidated", dataset, partition, s.version, s.published_batch_id.as_deref(), json!({"reason": reason}), now).await?;
-    changed.push(Change { dataset: dataset.to_owned(), partitions: Some(vec![partition.to_owned()]) });
+    emit(
+        c,
+        "invalidated",
+        dataset,
+        partition,
+        s.version,
+        s.published_batch_id.as_deref(),
+        json!({"reason": reason}),
+        now,
+    )
+    .await?;
+    changed.push(Change {
+        dataset: dataset.to_owned(),
+        partitions: Some(vec![partition.to_owned()]),
+    });
     propagate(c, dataset, partition, now, changed).await?;
     Ok(true)
+}
+
+/// A partition whose current version read an upstream partition.
+#[derive(sqlx::FromRow)]
+struct Consumer {
+    dataset: String,
+    partition: String,
+    /// The upstream version it read.
+    built_on: i64,
+    version: i64,
+    batch_id: Option<String>,
+    stale: Option<Json<Value>>,
 }
 
 /// Marks stale, transitively, every partition whose current version was
 /// built on an older version of `root` (or on `root` while it is stale or
 /// invalidated).
-async fn propagate(c: &mut Conn<'_>, dataset: &str, partition: &str, now: DateTime<Utc>, changed: &mut Vec<Change>) -> Result<()> {
+async fn propagate(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+    now: DateTime<Utc>,
+    changed: &mut Vec<Change>,
+) -> Result<()> {
     let mut queue = VecDeque::from([(dataset.to_owned(), partition.to_owned())]);
     let mut seen = BTreeSet::new();
     while let Some((ds, p)) = queue.pop_front() {
         if !seen.insert((ds.clone(), p.clone())) {
             continue;
         }
-        let Some(upstream) = standing(c, &ds, &p).await? else { continue };
-        let consumers: Vec<(String, String, i64, i64, Option<String>, Option<Json<Value>>)> = c
+        let Some(upstream) = standing(c, &ds, &p).await? else {
+            continue;
+        };
+        let consumers: Vec<Consumer> = c
             .all(
-                "SELECT d.dataset, d.partition_spec, i.input_version, d.version, d.published_batch_id, d.stale_upstream \
+                "SELECT d.dataset, d.partition_spec AS partition, i.input_version AS built_on, d.version, d.published_batch_id AS batch_id, \
+                   d.stale_upstream AS stale \
                  FROM batch_inputs i JOIN partitions d ON d.published_batch_id = i.batch_id \
                  WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY d.dataset, d.partition_spec",
                 args![&ds, &p],
             )
             .await?;
-        for (cds, cp, built_on, cversion, cbatch, cstale) in consumers {
-            let Some(why) = staleness(&ds, &p, built_on, &upstream) else { continue };
+        for Consumer {
+            dataset: cds,
+            partition: cp,
+            built_on,
+            version: cversion,
+            batch_id: cbatch,
+            stale: cstale,
+        } in consumers
+        {
+            let Some(why) = staleness(&ds, &p, built_on, &upstream) else {
+                continue;
+            };
             if cstale.is_none() {
                 c.exec(
                     "UPDATE partitions SET stale_upstream = $3, updated_at = $4 WHERE dataset = $1 AND partition_spec = $2",
                     args![&cds, &cp, why.clone(), now],
                 )
                 .await?;
-                emit(c, "stale", &cds, &cp, cversion, cbatch.as_deref(), json!({"upstream": why}), now).await?;
-                changed.push(Change { dataset: cds.clone(), partitions: Some(vec![cp.clone()]) });
+                emit(
+                    c,
+                    "stale",
+                    &cds,
+                    &cp,
+                    cversion,
+                    cbatch.as_deref(),
+                    json!({"upstream": why}),
+                    now,
+                )
+                .await?;
+                changed.push(Change {
+                    dataset: cds.clone(),
+                    partitions: Some(vec![cp.clone()]),
+                });
             }
             queue.push_back((cds, cp));
         }
@@ -294,17 +433,39 @@ fn node_state(s: &Option<Standing>) -> String {
 }
 
 impl super::SqlStore {
-    pub(super) async fn do_invalidate(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
+    pub(super) async fn do_invalidate(
+        &self,
+        dataset: &str,
+        partition: &str,
+        reason: &str,
+    ) -> Result<()> {
         let now = self.now();
-        let mut tx = self.begin_write(&[dataset]).await?;
+        let mut tx = self.begin_write().await?;
         let mut changed = Vec::new();
-        if !invalidate(&mut tx.conn(), dataset, partition, reason, now, &mut changed).await? {
-            return Err(crate::error::Error::not_found("partition_not_found", format!("no batch ever wrote {dataset} {partition}")));
+        if !invalidate(
+            &mut tx.conn(),
+            dataset,
+            partition,
+            reason,
+            now,
+            &mut changed,
+        )
+        .await?
+        {
+            return Err(crate::error::Error::not_found(
+                "partition_not_found",
+                format!("no batch ever wrote {dataset} {partition}"),
+            ));
         }
         self.finish(tx, changed).await
     }
 
-    pub(super) async fn do_list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>> {
+    pub(super) async fn do_list_changes(
+        &self,
+        after: i64,
+        dataset: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<ChangeRecord>> {
         let mut r = self.read().await?;
         let cols = "id, kind, dataset, partition_spec, version, batch_id, at, detail";
         Ok(match dataset {
@@ -315,14 +476,26 @@ impl super::SqlStore {
 
     /// The partitions a partition was built from (upstream) or that were
     /// built from it (downstream), from what batches actually read.
-    pub(super) async fn do_lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
+    pub(super) async fn do_lineage(
+        &self,
+        dataset: &str,
+        partition: &str,
+        direction: Direction,
+        depth: u32,
+    ) -> Result<LineageGraph> {
         let mut r = self.read().await?;
         walk(&mut r.conn(), dataset, partition, direction, depth).await
     }
 }
 
 /// Walks the lineage graph from a partition, `depth` hops at most.
-pub(super) async fn walk(c: &mut Conn<'_>, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
+pub(super) async fn walk(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+    direction: Direction,
+    depth: u32,
+) -> Result<LineageGraph> {
     let root = standing(c, dataset, partition).await?;
     let mut nodes = vec![LineageNode {
         dataset: dataset.into(),
@@ -367,7 +540,13 @@ pub(super) async fn walk(c: &mut Conn<'_>, dataset: &str, partition: &str, direc
                     Direction::Downstream => (here, there, (ds.clone(), p.clone())),
                 };
                 let up = standing(c, &upstream_of_edge.0, &upstream_of_edge.1).await?;
-                edges.push(LineageEdge { from, to, input_version: read_version, current_version: up.map_or(0, |s| s.version), batch_id });
+                edges.push(LineageEdge {
+                    from,
+                    to,
+                    input_version: read_version,
+                    current_version: up.map_or(0, |s| s.version),
+                    batch_id,
+                });
                 if seen.insert((nds.clone(), np.clone())) {
                     let s = standing(c, &nds, &np).await?;
                     nodes.push(LineageNode {

@@ -29,8 +29,8 @@ use serde_json::Value;
 pub use alerts::{AlertRecord, OutboxItem};
 pub use lineage::{ChangeRecord, Direction, InputRecord, LineageGraph, UnreadyInput};
 pub use openlineage::LineageEvent;
-pub use repairs::NewRepair;
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
+pub use repairs::NewRepair;
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
 use crate::clock::Clock;
@@ -183,7 +183,11 @@ pub trait Store: Send + Sync + 'static {
     async fn latest_task_batch(&self, task: &str, dt: NaiveDate) -> Result<Option<TaskLatest>>;
 
     /// Records that the task's write to the target committed.
-    async fn record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord>;
+    async fn record_written(
+        &self,
+        batch_id: &str,
+        partitions: Vec<(PartitionSpec, i64)>,
+    ) -> Result<BatchRecord>;
     /// Abandons every running batch whose lease has expired; returns their ids.
     async fn expire_leases(&self) -> Result<Vec<String>>;
     /// Raises `deadline_missed` for data dates past their deadline; returns how many.
@@ -197,10 +201,26 @@ pub trait Store: Send + Sync + 'static {
 
     /// Takes a partition out of service until a new batch publishes it;
     /// everything built on it goes stale.
-    async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()>;
+    async fn invalidate_partition(
+        &self,
+        dataset: &str,
+        partition: &str,
+        reason: &str,
+    ) -> Result<()>;
     /// Readiness changes after feed position `after`, in commit order.
-    async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>>;
-    async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph>;
+    async fn list_changes(
+        &self,
+        after: i64,
+        dataset: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<ChangeRecord>>;
+    async fn lineage(
+        &self,
+        dataset: &str,
+        partition: &str,
+        direction: Direction,
+        depth: u32,
+    ) -> Result<LineageGraph>;
     /// Plans a repair from the registry's evidence.
     async fn create_repair(&self, repair: NewRepair) -> Result<Value>;
     /// A plan with its progress.
@@ -293,7 +313,10 @@ impl SqlStore {
 
     /// Applies migrations to `url` and returns.
     pub async fn migrate(url: &str) -> anyhow::Result<()> {
-        let opts = DbOptions { max_connections: 1, webhook_url: None };
+        let opts = DbOptions {
+            max_connections: 1,
+            webhook_url: None,
+        };
         match url.split(':').next() {
             Some("sqlite") => sqlite::connect(url, &opts).await.map(drop),
             Some("postgres" | "postgresql") => postgres::connect(url, &opts).await.map(drop),
@@ -302,10 +325,9 @@ impl SqlStore {
     }
 
     /// A write transaction holding the registry's single writer lock until it
-    /// ends (SQLite's own; an advisory lock on PostgreSQL). `_datasets` names
-    /// what the transaction writes; both backends serialise all writers, so
-    /// it is documentation for now (to be dropped once in-flight branches land).
-    async fn begin_write(&self, _datasets: &[&str]) -> Result<Tx> {
+    /// ends: SQLite's own, an advisory lock on PostgreSQL (see
+    /// `postgres::begin_write` for why one lock).
+    async fn begin_write(&self) -> Result<Tx> {
         Ok(match &self.backend {
             Backend::Sqlite(pool) => Tx::Sqlite(sqlite::begin_write(pool).await?),
             // One lock for all writers there: see `postgres::begin_write`.

@@ -22,7 +22,7 @@ pub struct LineageEvent {
 impl SqlStore {
     pub(super) async fn do_record_lineage_event(&self, e: &LineageEvent) -> Result<i64> {
         let received_at = self.now();
-        let mut tx = self.begin_write(&[]).await?;
+        let mut tx = self.begin_write().await?;
         let (id,): (i64,) = tx
             .conn()
             .one(
@@ -36,7 +36,7 @@ impl SqlStore {
     }
 
     pub(super) async fn do_set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()> {
-        let mut tx = self.begin_write(&[]).await?;
+        let mut tx = self.begin_write().await?;
         tx.conn()
             .exec(
                 "UPDATE openlineage_events SET outcome = $2 WHERE id = $1",

@@ -41,7 +41,10 @@ const WRITE_LOCK: i64 = 0x6261_7463_6867_6174;
 /// serialisation costs nothing noticeable; readers never take it.
 pub(super) async fn begin_write(pool: &PgPool) -> sqlx::Result<Transaction<'static, Postgres>> {
     let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(WRITE_LOCK)
+        .execute(&mut *tx)
+        .await?;
     Ok(tx)
 }
 

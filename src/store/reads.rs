@@ -19,7 +19,6 @@ use crate::error::Result;
 pub(super) const PARTITION_COLUMNS: &str = "dataset, partition_spec, dt, state, batch_id, version, published_batch_id, published_row_count, \
      published_at, updated_at, stale_upstream, invalidated_reason, prev_published_batch_id, prev_published_row_count";
 
-
 /// `$first, $first+1, …` for `n` values: an `IN (…)` list.
 fn placeholders(first: usize, n: usize) -> String {
     (first..first + n)
@@ -76,7 +75,7 @@ impl Store for SqlStore {
         p: &DatasetPolicy,
     ) -> Result<(DatasetRecord, bool)> {
         let now = self.now();
-        let mut tx = self.begin_write(&[name.as_str()]).await?;
+        let mut tx = self.begin_write().await?;
         let mut c = tx.conn();
         let existed: Option<(String,)> = c
             .opt(
@@ -207,7 +206,10 @@ impl Store for SqlStore {
             .filter(|_| more)
             .map(|b| serde_json::json!([b.id]));
         let ids: Vec<Arg> = rows.iter().map(|b| Arg::from(&b.batch_id)).collect();
-        let (logs, inputs): (Vec<LogRow>, Vec<(String, String, String, i64, Option<String>)>) = if ids.is_empty() {
+        let (logs, inputs): (
+            Vec<LogRow>,
+            Vec<(String, String, String, i64, Option<String>)>,
+        ) = if ids.is_empty() {
             (Vec::new(), Vec::new())
         } else {
             let list = placeholders(1, ids.len());
@@ -228,7 +230,11 @@ impl Store for SqlStore {
         let items = rows
             .into_iter()
             .map(|b| {
-                let mine = logs.iter().filter(|l| l.batch_id == b.batch_id).cloned().collect();
+                let mine = logs
+                    .iter()
+                    .filter(|l| l.batch_id == b.batch_id)
+                    .cloned()
+                    .collect();
                 let read = inputs
                     .iter()
                     .filter(|i| i.0 == b.batch_id)
@@ -320,7 +326,11 @@ impl Store for SqlStore {
         }))
     }
 
-    async fn record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord> {
+    async fn record_written(
+        &self,
+        batch_id: &str,
+        partitions: Vec<(PartitionSpec, i64)>,
+    ) -> Result<BatchRecord> {
         self.do_record_written(batch_id, partitions).await
     }
 
@@ -348,15 +358,31 @@ impl Store for SqlStore {
         self.do_webhook_failed(id, error, retry_at).await
     }
 
-    async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
+    async fn invalidate_partition(
+        &self,
+        dataset: &str,
+        partition: &str,
+        reason: &str,
+    ) -> Result<()> {
         self.do_invalidate(dataset, partition, reason).await
     }
 
-    async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>> {
+    async fn list_changes(
+        &self,
+        after: i64,
+        dataset: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<ChangeRecord>> {
         self.do_list_changes(after, dataset, limit).await
     }
 
-    async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
+    async fn lineage(
+        &self,
+        dataset: &str,
+        partition: &str,
+        direction: Direction,
+        depth: u32,
+    ) -> Result<LineageGraph> {
         self.do_lineage(dataset, partition, direction, depth).await
     }
 

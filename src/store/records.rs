@@ -5,8 +5,8 @@ use serde::Serialize;
 use serde_json::Value;
 use sqlx::types::Json;
 
-use crate::domain::batch::BatchState;
 use super::lineage::InputRecord;
+use crate::domain::batch::BatchState;
 use crate::domain::deadline::Deadline;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 
@@ -142,7 +142,12 @@ pub struct BatchRecord {
 }
 
 impl BatchRecord {
-    pub(super) fn assemble(b: BatchRow, logs: Vec<LogRow>, inputs: Vec<InputRecord>, events: Option<Vec<EventRow>>) -> Self {
+    pub(super) fn assemble(
+        b: BatchRow,
+        logs: Vec<LogRow>,
+        inputs: Vec<InputRecord>,
+        events: Option<Vec<EventRow>>,
+    ) -> Self {
         let state = b.state();
         let failure = b.fail_stage.clone().map(|stage| Failure {
             stage,
@@ -262,7 +267,8 @@ pub struct Residue {
     pub partitions: Vec<String>,
 }
 
-pub(super) const DATASET_COLUMNS: &str = "name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, \
+pub(super) const DATASET_COLUMNS: &str =
+    "name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, \
      allow_empty, owner, max_partitions_per_batch, deadline, webhook_url, created_at, updated_at";
 
 #[derive(Debug, Clone, sqlx::FromRow)]

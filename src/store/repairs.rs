@@ -57,9 +57,17 @@ async fn current(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Opt
     .await?)
 }
 
+#[derive(sqlx::FromRow)]
+struct Counts {
+    row_count: Option<i64>,
+    distinct_keys: Option<i64>,
+    null_keys: Option<i64>,
+    metrics: Option<Json<Value>>,
+}
+
 /// A batch's counts for one partition.
 async fn counts(c: &mut Conn<'_>, batch_id: &str, partition: &str) -> Result<Value> {
-    let row: Option<(Option<i64>, Option<i64>, Option<i64>, Option<Json<Value>>)> = c
+    let row: Option<Counts> = c
         .opt(
             "SELECT row_count, distinct_keys, null_keys, metrics FROM task_produce_log WHERE batch_id = $1 AND target_partition = $2",
             args![batch_id, partition],
@@ -67,7 +75,10 @@ async fn counts(c: &mut Conn<'_>, batch_id: &str, partition: &str) -> Result<Val
         .await?;
     Ok(match row {
         None => Value::Null,
-        Some((rc, dk, nk, m)) => json!({"row_count": rc, "distinct_keys": dk, "null_keys": nk, "metrics": m.map(|j| j.0)}),
+        Some(n) => {
+            json!({"row_count": n.row_count, "distinct_keys": n.distinct_keys, "null_keys": n.null_keys,
+            "metrics": n.metrics.map(|j| j.0)})
+        }
     })
 }
 
@@ -75,11 +86,16 @@ impl SqlStore {
     pub(super) async fn do_create_repair(&self, r: NewRepair) -> Result<Value> {
         let now = self.now();
         let dataset = r.dataset.as_str();
-        let mut tx = self.begin_write(&[dataset]).await?;
+        let mut tx = self.begin_write().await?;
         let mut c = tx.conn();
-        let exists: Option<(String,)> = c.opt("SELECT name FROM datasets WHERE name = $1", args![dataset]).await?;
+        let exists: Option<(String,)> = c
+            .opt("SELECT name FROM datasets WHERE name = $1", args![dataset])
+            .await?;
         if exists.is_none() {
-            return Err(Error::not_found("dataset_not_found", format!("no dataset {dataset:?}")));
+            return Err(Error::not_found(
+                "dataset_not_found",
+                format!("no dataset {dataset:?}"),
+            ));
         }
         let policy = load_policy(&mut c, dataset).await?.policy();
         let mut partitions = Vec::new();
@@ -139,14 +155,12 @@ impl SqlStore {
                 let stale = node.state == "stale_upstream";
                 any_stale |= stale;
                 let key = (node.dataset.clone(), node.partition.clone());
-                if !downstream.contains_key(&key) {
+                if let std::collections::btree_map::Entry::Vacant(slot) = downstream.entry(key) {
                     let (owner, write_mode) = match load_policy_opt(&mut c, &node.dataset).await? {
                         Some(pol) => (pol.owner, pol.write_mode.to_string()),
                         None => (None, String::new()),
                     };
-                    downstream.insert(
-                        key,
-                        json!({"dataset": node.dataset, "partition": node.partition, "owner": owner, "write_mode": write_mode,
+                    slot.insert(json!({"dataset": node.dataset, "partition": node.partition, "owner": owner, "write_mode": write_mode,
                             "state": node.state, "needs_recompute": stale || r.action != RepairAction::Resume}),
                     );
                 }
@@ -176,9 +190,15 @@ impl SqlStore {
     pub(super) async fn do_get_repair(&self, id: i64) -> Result<Option<Value>> {
         let mut r = self.read().await?;
         let mut c = r.conn();
-        let row: Option<(String, Json<Value>, DateTime<Utc>)> =
-            c.opt("SELECT dataset, plan, created_at FROM repairs WHERE id = $1", args![id]).await?;
-        let Some((dataset, Json(mut plan), created_at)) = row else { return Ok(None) };
+        let row: Option<(String, Json<Value>, DateTime<Utc>)> = c
+            .opt(
+                "SELECT dataset, plan, created_at FROM repairs WHERE id = $1",
+                args![id],
+            )
+            .await?;
+        let Some((dataset, Json(mut plan), created_at)) = row else {
+            return Ok(None);
+        };
         let mut all_done = true;
         let mut any_batch = false;
         let mut progress = Vec::new();
@@ -194,17 +214,24 @@ impl SqlStore {
                 .await?;
             any_batch |= !linked.is_empty();
             let cur = current(&mut c, &dataset, &p).await?;
-            let published: Vec<&(String, String, Option<Json<Value>>)> =
-                linked.iter().filter(|(_, s, _)| s == "published" || s == "superseded").collect();
+            let published: Vec<&(String, String, Option<Json<Value>>)> = linked
+                .iter()
+                .filter(|(_, s, _)| s == "published" || s == "superseded")
+                .collect();
 
             // Rebuilt twice from the same inputs: the numbers must not move.
             let mut runs = Vec::new();
             for (b, _, _) in &published {
                 let mut n = counts(&mut c, b, &p).await?;
-                n["inputs"] = json!(inputs_of(&mut c, b).await?.iter().map(|i| json!([i.dataset, i.partition, i.version])).collect::<Vec<_>>());
+                n["inputs"] = json!(inputs_of(&mut c, b)
+                    .await?
+                    .iter()
+                    .map(|i| json!([i.dataset, i.partition, i.version]))
+                    .collect::<Vec<_>>());
                 runs.push(n);
             }
-            let rebuilt_identically = (runs.len() >= 2).then(|| runs.windows(2).all(|w| w[0] == w[1]));
+            let rebuilt_identically =
+                (runs.len() >= 2).then(|| runs.windows(2).all(|w| w[0] == w[1]));
 
             let after = published.last();
             let after_counts = match after {
@@ -213,7 +240,13 @@ impl SqlStore {
             };
             let source = after
                 .and_then(|(_, _, checks)| checks.as_ref())
-                .and_then(|cs| cs.0.as_array().and_then(|a| a.iter().find(|c| c["name"] == "source_reconciliation").cloned()))
+                .and_then(|cs| {
+                    cs.0.as_array().and_then(|a| {
+                        a.iter()
+                            .find(|c| c["name"] == "source_reconciliation")
+                            .cloned()
+                    })
+                })
                 .unwrap_or(Value::Null);
             let baseline = match &cur {
                 Some(x) => {
@@ -229,7 +262,9 @@ impl SqlStore {
                 None => None,
             };
             let done = match (&cur, after) {
-                (Some(x), Some((b, _, _))) => x.fresh() && x.published_batch_id.as_deref() == Some(b.as_str()),
+                (Some(x), Some((b, _, _))) => {
+                    x.fresh() && x.published_batch_id.as_deref() == Some(b.as_str())
+                }
                 _ => false,
             };
             all_done &= done;
@@ -246,23 +281,43 @@ impl SqlStore {
         }
         let mut downstream = Vec::new();
         for d in plan["downstream"].as_array().cloned().unwrap_or_default() {
-            let (ds, p) = (d["dataset"].as_str().unwrap_or_default(), d["partition"].as_str().unwrap_or_default());
+            let (ds, p) = (
+                d["dataset"].as_str().unwrap_or_default(),
+                d["partition"].as_str().unwrap_or_default(),
+            );
             let cur = current(&mut c, ds, p).await?;
             let fresh = cur.as_ref().is_some_and(Current::fresh);
-            let recomputed = fresh && cur.as_ref().and_then(|x| x.published_at).is_some_and(|t| t >= created_at);
+            let recomputed = fresh
+                && cur
+                    .as_ref()
+                    .and_then(|x| x.published_at)
+                    .is_some_and(|t| t >= created_at);
             all_done &= fresh;
-            downstream.push(json!({"dataset": ds, "partition": p, "stale": !fresh, "recomputed": recomputed,
-                "state": cur.as_ref().map_or("no_batch".to_owned(), |x| x.state.clone())}));
+            downstream.push(
+                json!({"dataset": ds, "partition": p, "stale": !fresh, "recomputed": recomputed,
+                "state": cur.as_ref().map_or("no_batch".to_owned(), |x| x.state.clone())}),
+            );
         }
         plan["id"] = json!(id);
-        plan["state"] = json!(if all_done && any_batch { "complete" } else if any_batch { "in_progress" } else { "planned" });
+        plan["state"] = json!(if all_done && any_batch {
+            "complete"
+        } else if any_batch {
+            "in_progress"
+        } else {
+            "planned"
+        });
         plan["progress"] = json!({"partitions": progress, "downstream": downstream});
         Ok(Some(plan))
     }
 }
 
-async fn load_policy_opt(c: &mut Conn<'_>, dataset: &str) -> Result<Option<crate::domain::policy::DatasetPolicy>> {
-    let exists: Option<(String,)> = c.opt("SELECT name FROM datasets WHERE name = $1", args![dataset]).await?;
+async fn load_policy_opt(
+    c: &mut Conn<'_>,
+    dataset: &str,
+) -> Result<Option<crate::domain::policy::DatasetPolicy>> {
+    let exists: Option<(String,)> = c
+        .opt("SELECT name FROM datasets WHERE name = $1", args![dataset])
+        .await?;
     Ok(match exists {
         Some(_) => Some(load_policy(c, dataset).await?.policy()),
         None => None,

@@ -133,12 +133,23 @@ impl TestApp {
 
     /// Another instance on the same database (replicas behind a load balancer).
     pub async fn replica(&self) -> Self {
-        Self::spawn_on(self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone()).await
+        Self::spawn_on(
+            self.backend,
+            self.db.clone(),
+            self.clock.clone(),
+            self.webhook_url.clone(),
+        )
+        .await
     }
 
     /// A fresh instance on the same database and clock, after this one stopped.
     pub async fn restart(self) -> Self {
-        let (backend, db, clock, hook) = (self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone());
+        let (backend, db, clock, hook) = (
+            self.backend,
+            self.db.clone(),
+            self.clock.clone(),
+            self.webhook_url.clone(),
+        );
         drop(self);
         Self::spawn_on(backend, db, clock, hook).await
     }
@@ -148,7 +159,12 @@ impl TestApp {
         self.scanner.run_once().await
     }
 
-    async fn spawn_on(backend: Backend, db: Arc<TestDb>, clock: Arc<ManualClock>, webhook_url: Option<String>) -> Self {
+    async fn spawn_on(
+        backend: Backend,
+        db: Arc<TestDb>,
+        clock: Arc<ManualClock>,
+        webhook_url: Option<String>,
+    ) -> Self {
         let settings = Settings {
             database_url: db.url.clone(),
             max_connections: 8,
@@ -156,9 +172,13 @@ impl TestApp {
             webhook_url: webhook_url.clone(),
             webhook_backoff: Duration::from_secs(1),
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>).await.expect("build app");
+        let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>)
+            .await
+            .expect("build app");
         let scanner = app.scanner.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -169,8 +189,20 @@ impl TestApp {
                 .await
                 .expect("serve");
         });
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
-        Self { base: format!("http://{addr}"), client, clock, backend, db, scanner, webhook_url, shutdown: Some(tx) }
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client");
+        Self {
+            base: format!("http://{addr}"),
+            client,
+            clock,
+            backend,
+            db,
+            scanner,
+            webhook_url,
+            shutdown: Some(tx),
+        }
     }
 
     pub async fn request(
@@ -376,24 +408,30 @@ impl TestApp {
     }
 }
 
+/// Each request's `Idempotency-Key` header and JSON body.
+pub type Requests = Arc<std::sync::Mutex<Vec<(Option<String>, Value)>>>;
+
 /// A webhook receiver on 127.0.0.1 that answers 500 to its first
 /// `fail_first` requests, then 200; it records every request.
 pub struct Receiver {
     pub url: String,
-    pub seen: Arc<std::sync::Mutex<Vec<(Option<String>, Value)>>>,
+    pub seen: Requests,
 }
 
 impl Receiver {
     pub async fn start(fail_first: usize) -> Self {
         use axum::http::HeaderMap;
-        let seen: Arc<std::sync::Mutex<Vec<(Option<String>, Value)>>> = Arc::default();
+        let seen: Requests = Arc::default();
         let log = seen.clone();
         let app = axum::Router::new().route(
             "/hook",
             axum::routing::post(move |headers: HeaderMap, body: axum::Json<Value>| {
                 let log = log.clone();
                 async move {
-                    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                    let key = headers
+                        .get("idempotency-key")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
                     let mut log = log.lock().unwrap();
                     log.push((key, body.0));
                     if log.len() <= fail_first {
@@ -404,7 +442,9 @@ impl Receiver {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Self { url, seen }

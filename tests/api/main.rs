@@ -15,6 +15,6 @@ mod lineage;
 mod listing;
 mod long_poll;
 mod openapi;
+mod openlineage;
 mod repairs;
 mod retries;
-mod openlineage;

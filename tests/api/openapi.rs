@@ -14,8 +14,15 @@ fn routes_in_source() -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for chunk in text.split(".route(\"").skip(1) {
-            let (path, rest) = chunk.split_once('"').unwrap();
+        for chunk in text.split(".route(").skip(1) {
+            // rustfmt may break the line after `.route(`.
+            let Some((path, rest)) = chunk
+                .trim_start()
+                .strip_prefix('"')
+                .and_then(|c| c.split_once('"'))
+            else {
+                continue;
+            };
             // The method router runs to the parenthesis that closes `.route(`.
             let mut depth = 1;
             let end = rest
