@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 use sqlx::types::Json;
 
 use super::db::{args, Conn};
-use crate::domain::alerts::{Action, AlertKind, Severity};
+use super::records::BatchRow;
+use crate::domain::alerts::{severity, Action, Advice, AlertKind, Severity};
+use crate::domain::policy::DatasetPolicy;
 use crate::error::Result;
 
 /// An alert about to be raised.
@@ -30,6 +32,36 @@ pub(super) struct NewAlert {
     pub action: Action,
     pub retryable: bool,
     pub message: String,
+}
+
+impl NewAlert {
+    /// An alert about one batch; the caller adds stage, category and checks.
+    pub(super) fn about_batch(
+        kind: AlertKind,
+        b: &BatchRow,
+        policy: &DatasetPolicy,
+        partitions: Vec<String>,
+        advice: Advice,
+        message: String,
+    ) -> Self {
+        Self {
+            kind,
+            dedup_key: format!("{kind}:{}", b.batch_id),
+            severity: severity(policy.tier),
+            task: Some(b.task.clone()),
+            dataset: b.dataset.clone(),
+            dt: Some(b.dt),
+            partitions,
+            batch_id: Some(b.batch_id.clone()),
+            stage: None,
+            category: None,
+            failing_checks: json!([]),
+            owner: policy.owner.clone(),
+            action: advice.action,
+            retryable: advice.retryable,
+            message,
+        }
+    }
 }
 
 pub(super) const ALERT_COLUMNS: &str = "id, kind, state, severity, task, dataset, dt, partitions, batch_id, stage, category, \

@@ -442,27 +442,19 @@ impl SqlStore {
         } else {
             "before it reported a committed write"
         };
-        let alert = NewAlert {
-            kind: AlertKind::Abandoned,
-            dedup_key: format!("abandoned:{}", b.batch_id),
-            severity: alert_rules::severity(policy.tier),
-            task: Some(b.task.clone()),
-            dataset: b.dataset.clone(),
-            dt: Some(b.dt),
-            partitions: parts.clone(),
-            batch_id: Some(b.batch_id.clone()),
-            stage: None,
-            category: None,
-            failing_checks: json!([]),
-            owner: policy.owner.clone(),
-            action: advice.action,
-            retryable: advice.retryable,
-            message: format!(
-                "batch {} stopped heartbeating; its lease expired at {} {written}",
-                b.batch_id,
-                b.lease_expires_at.to_rfc3339()
-            ),
-        };
+        let message = format!(
+            "batch {} stopped heartbeating; its lease expired at {} {written}",
+            b.batch_id,
+            b.lease_expires_at.to_rfc3339()
+        );
+        let alert = NewAlert::about_batch(
+            AlertKind::Abandoned,
+            b,
+            policy,
+            parts.clone(),
+            advice,
+            message,
+        );
         alerts::raise(c, alert, &self.webhooks(policy), now).await?;
         Ok(parts)
     }
@@ -687,25 +679,21 @@ impl SqlStore {
             let advice =
                 alert_rules::for_rejection(verdict.checks.iter().map(|c| (c.name, c.status)));
             let failing: Vec<&CheckResult> = verdict.failed_checks().collect();
+            let message = format!(
+                "batch {batch_id} was rejected: {} failed",
+                failed.join(", ")
+            );
             let alert = NewAlert {
-                kind: AlertKind::Rejected,
-                dedup_key: format!("rejected:{batch_id}"),
-                severity: alert_rules::severity(policy.tier),
-                task: Some(b.task.clone()),
-                dataset: b.dataset.clone(),
-                dt: Some(b.dt),
-                partitions: changed.clone(),
-                batch_id: Some(batch_id.to_owned()),
                 stage: Some("verify".into()),
-                category: None,
                 failing_checks: json!(failing),
-                owner: policy.owner.clone(),
-                action: advice.action,
-                retryable: advice.retryable,
-                message: format!(
-                    "batch {batch_id} was rejected: {} failed",
-                    failed.join(", ")
-                ),
+                ..NewAlert::about_batch(
+                    AlertKind::Rejected,
+                    &b,
+                    &policy,
+                    changed.clone(),
+                    advice,
+                    message,
+                )
             };
             alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
             changed
@@ -779,31 +767,27 @@ impl SqlStore {
         .await?;
         let policy = load_policy(&mut c, &b.dataset).await?.policy();
         let advice = alert_rules::for_failure(report.category, report.stage);
+        let message = format!(
+            "batch {batch_id} failed at {} ({}){}",
+            report.stage,
+            report.category,
+            report
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        );
         let alert = NewAlert {
-            kind: AlertKind::Failed,
-            dedup_key: format!("failed:{batch_id}"),
-            severity: alert_rules::severity(policy.tier),
-            task: Some(b.task.clone()),
-            dataset: b.dataset.clone(),
-            dt: Some(b.dt),
-            partitions: changed.clone(),
-            batch_id: Some(batch_id.to_owned()),
             stage: Some(report.stage.to_string()),
             category: Some(report.category.to_string()),
-            failing_checks: json!([]),
-            owner: policy.owner.clone(),
-            action: advice.action,
-            retryable: advice.retryable,
-            message: format!(
-                "batch {batch_id} failed at {} ({}){}",
-                report.stage,
-                report.category,
-                report
-                    .message
-                    .as_deref()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
-            ),
+            ..NewAlert::about_batch(
+                AlertKind::Failed,
+                &b,
+                &policy,
+                changed.clone(),
+                advice,
+                message,
+            )
         };
         alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
         let record = load_record(&mut c, batch_id)
