@@ -100,18 +100,11 @@ struct Subject {
 
 /// Sets up every server, checks staleness, then measures them all.
 async fn bench(pg_url: Option<&str>) -> Result<Vec<(Subject, Load)>> {
-    let bare = Server::start(
-        Router::new().route("/ready", get(|| async { Json(json!({"ready": true})) })),
-    )
-    .await?;
+    let bare = Server::start(Router::new().route("/ready", get(|| async { Json(json!({"ready": true})) }))).await?;
     let dir = tempfile::tempdir()?;
     let sqlite = sqlite_instance(&dir.path().join("registry.db")).await?;
     let mut subjects = vec![
-        Subject {
-            name: "bare axum handler",
-            addr: bare.addr,
-            changes: None,
-        },
+        Subject { name: "bare axum handler", addr: bare.addr, changes: None },
         Subject {
             name: "batchgate sqlite, 1 instance",
             addr: sqlite.addr,
@@ -140,10 +133,7 @@ async fn sqlite_instance(db: &Path) -> Result<Server> {
     let app = batchgate_app(&format!("sqlite://{}", db.display())).await?;
     let began = Instant::now();
     let rows = seed_sqlite(db).await?;
-    println!(
-        "sqlite: seeded {rows} task_produce_log rows in {:.1} s",
-        began.elapsed().as_secs_f64()
-    );
+    println!("sqlite: seeded {rows} task_produce_log rows in {:.1} s", began.elapsed().as_secs_f64());
     Server::start(app.router).await
 }
 
@@ -153,22 +143,13 @@ async fn postgres_instances(url: &str) -> Result<(Server, Server)> {
     let b = batchgate_app(url).await?;
     let began = Instant::now();
     let rows = seed_postgres(url).await?;
-    println!(
-        "postgres: seeded {rows} task_produce_log rows in {:.1} s",
-        began.elapsed().as_secs_f64()
-    );
-    Ok((
-        Server::start(a.router).await?,
-        Server::start(b.router).await?,
-    ))
+    println!("postgres: seeded {rows} task_produce_log rows in {:.1} s", began.elapsed().as_secs_f64());
+    Ok((Server::start(a.router).await?, Server::start(b.router).await?))
 }
 
 async fn batchgate_app(database_url: &str) -> Result<batchgate::App> {
-    let settings = Settings {
-        database_url: database_url.to_owned(),
-        max_connections: MAX_CONNECTIONS,
-        ..Settings::default()
-    };
+    let settings =
+        Settings { database_url: database_url.to_owned(), max_connections: MAX_CONNECTIONS, ..Settings::default() };
     batchgate::build(&settings, Arc::new(SystemClock)).await
 }
 
@@ -183,26 +164,16 @@ impl PgDatabase {
     /// `None`, said loudly, when the server cannot be reached.
     async fn create() -> Result<Option<Self>> {
         let admin_url = format!("{PG_SERVER}/postgres");
-        let connecting =
-            tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&admin_url));
+        let connecting = tokio::time::timeout(Duration::from_secs(5), PgConnection::connect(&admin_url));
         let mut admin = match connecting.await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Ok(skip_postgres(&e)),
             Err(elapsed) => return Ok(skip_postgres(&elapsed)),
         };
-        let name = format!(
-            "batchgate_bench_{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..12]
-        );
-        admin
-            .execute(format!("CREATE DATABASE {name}").as_str())
-            .await?;
+        let name = format!("batchgate_bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        admin.execute(format!("CREATE DATABASE {name}").as_str()).await?;
         println!("postgres: created database {name}");
-        Ok(Some(Self {
-            url: format!("{PG_SERVER}/{name}"),
-            admin,
-            name,
-        }))
+        Ok(Some(Self { url: format!("{PG_SERVER}/{name}"), admin, name }))
     }
 
     /// Drops the database; FORCE, as the instances' pools are still open.
@@ -236,11 +207,7 @@ impl Server {
                 eprintln!("server on {addr} stopped: {e}");
             }
         });
-        Ok(Self {
-            addr,
-            base: format!("http://{addr}"),
-            task,
-        })
+        Ok(Self { addr, base: format!("http://{addr}"), task })
     }
 }
 
@@ -320,9 +287,7 @@ async fn seed_sqlite(db: &Path) -> Result<i64> {
     tx.commit().await?;
     // Leave the kernel nothing to write back during the measurement: fold
     // the WAL into the file, then flush the file.
-    let (busy, _, _): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)")
-        .fetch_one(&mut conn)
-        .await?;
+    let (busy, _, _): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut conn).await?;
     ensure!(busy == 0, "the WAL checkpoint was blocked");
     std::fs::File::open(db)?.sync_all()?;
     let (rows,): (i64,) = sqlx::query_as(COUNT_LOG).fetch_one(&mut conn).await?;
@@ -331,14 +296,13 @@ async fn seed_sqlite(db: &Path) -> Result<i64> {
     Ok(rows)
 }
 
-/// Seeds the (migrated) PostgreSQL registry in one transaction; returns the `task_produce_log` row count.
+/// Seeds the (migrated) PostgreSQL registry in one transaction; returns the
+/// `task_produce_log` row count.
 async fn seed_postgres(url: &str) -> Result<i64> {
     let mut conn = PgConnection::connect(url).await?;
     let at = seed_time()?;
     let mut tx = conn.begin().await?;
-    sqlx::query(&postgres_seed_table())
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(&postgres_seed_table()).execute(&mut *tx).await?;
     for sql in FILL {
         sqlx::query(sql).bind(at).execute(&mut *tx).await?;
     }
@@ -360,14 +324,9 @@ fn requests() -> Result<Vec<Vec<u8>>> {
     let first: NaiveDate = FIRST_DAY.parse()?;
     (0..POLLED_KEYS)
         .map(|j| {
-            let day = first
-                .checked_add_days(Days::new(u64::from(j * 337 % DAYS)))
-                .context("date out of range")?;
+            let day = first.checked_add_days(Days::new(u64::from(j * 337 % DAYS))).context("date out of range")?;
             let dataset = format!("bench.ds{:04}", j % DATASETS);
-            Ok(format!(
-                "GET /ready?dataset={dataset}&partition=dt%3D{day} HTTP/1.1\r\nHost: x\r\n\r\n"
-            )
-            .into_bytes())
+            Ok(format!("GET /ready?dataset={dataset}&partition=dt%3D{day} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes())
         })
         .collect()
 }
@@ -406,17 +365,13 @@ impl Tally {
     }
 
     fn summary(mut self) -> Result<Load> {
-        ensure!(
-            !self.latencies.is_empty(),
-            "no request completed in a measured window"
-        );
+        ensure!(!self.latencies.is_empty(), "no request completed in a measured window");
         self.latencies.sort_unstable();
         let windows = self.window_rps.iter().copied();
         Ok(Load {
             sent: self.sent,
             non_ok: self.non_ok,
-            rps: self.latencies.len() as f64
-                / (WINDOW.as_secs_f64() * self.window_rps.len() as f64),
+            rps: self.latencies.len() as f64 / (WINDOW.as_secs_f64() * self.window_rps.len() as f64),
             rps_min: windows.clone().fold(f64::INFINITY, f64::min),
             rps_max: windows.fold(0.0, f64::max),
             p50: percentile(&self.latencies, 0.50),
@@ -455,9 +410,7 @@ async fn window(addr: SocketAddr, requests: &Arc<[Vec<u8>]>) -> Result<Tally> {
     for conn in conns {
         total.add(conn.await??);
     }
-    total
-        .window_rps
-        .push(total.latencies.len() as f64 / WINDOW.as_secs_f64());
+    total.window_rps.push(total.latencies.len() as f64 / WINDOW.as_secs_f64());
     Ok(total)
 }
 
@@ -472,10 +425,7 @@ async fn drive(
     let mut stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
     let mut buf = Vec::with_capacity(4096);
-    let mut tally = Tally {
-        latencies: Vec::with_capacity(1 << 16),
-        ..Tally::default()
-    };
+    let mut tally = Tally { latencies: Vec::with_capacity(1 << 16), ..Tally::default() };
     for request in requests.iter().cycle().skip(offset) {
         let sent = Instant::now();
         if sent >= until {
@@ -487,9 +437,7 @@ async fn drive(
         tally.non_ok += usize::from(status != 200);
         if sent >= measure_from {
             let micros = sent.elapsed().as_micros();
-            tally
-                .latencies
-                .push(u32::try_from(micros).unwrap_or(u32::MAX));
+            tally.latencies.push(u32::try_from(micros).unwrap_or(u32::MAX));
         }
     }
     Ok(tally)
@@ -505,10 +453,8 @@ async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<u16>
         fill(stream, buf).await?;
     };
     let head = std::str::from_utf8(&buf[..head_len])?;
-    let status: u16 = head
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("bad status line in {head:?}"))?;
+    let status: u16 =
+        head.get(9..12).and_then(|s| s.parse().ok()).with_context(|| format!("bad status line in {head:?}"))?;
     let body_len: usize = head
         .split("\r\n")
         .filter_map(|line| line.split_once(':'))
@@ -518,10 +464,7 @@ async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<u16>
     while buf.len() < head_len + body_len {
         fill(stream, buf).await?;
     }
-    ensure!(
-        buf.len() == head_len + body_len,
-        "bytes after the response: one request is in flight at a time"
-    );
+    ensure!(buf.len() == head_len + body_len, "bytes after the response: one request is in flight at a time");
     Ok(status)
 }
 
@@ -566,40 +509,22 @@ async fn staleness(writer: &str, reader: &str) -> Result<Changes> {
     let ready = format!("{reader}/ready?dataset={STALE_DATASET}&partition=dt%3D{STALE_DT}");
     let partition = format!("dt={STALE_DT}");
     let (status, body) = poll(&http, &ready).await?;
-    ensure!(
-        status == 404 && body["reason"] == "no_batch",
-        "{STALE_DATASET} is not fresh: {status} {body}"
-    );
+    ensure!(status == 404 && body["reason"] == "no_batch", "{STALE_DATASET} is not fresh: {status} {body}");
     let (mut starts, mut commits) = (Propagation::default(), Propagation::default());
     for _ in 0..STALE_ROUNDS {
         let start = json!({"task": STALE_TASK, "dataset": STALE_DATASET, "dt": STALE_DT, "partitions": [partition]});
         let started = post(&http, &format!("{writer}/v1/batches"), &start, 201).await?;
-        let batch_id = started["batch_id"]
-            .as_str()
-            .context("start answered without batch_id")?;
-        starts
-            .observe(&http, &ready, |status, body| {
-                status == 404 && body["reason"] == "running"
-            })
-            .await?;
+        let batch_id = started["batch_id"].as_str().context("start answered without batch_id")?;
+        starts.observe(&http, &ready, |status, body| status == 404 && body["reason"] == "running").await?;
 
-        let commit = json!({"marker": "m", "partitions": [{"partition": partition, "rows_written": 10, "row_count": 10}]});
-        let committed = post(
-            &http,
-            &format!("{writer}/v1/batches/{batch_id}/commit"),
-            &commit,
-            200,
-        )
-        .await?;
+        let commit =
+            json!({"marker": "m", "partitions": [{"partition": partition, "rows_written": 10, "row_count": 10}]});
+        let committed = post(&http, &format!("{writer}/v1/batches/{batch_id}/commit"), &commit, 200).await?;
         let version = committed["partitions"][0]["version"]
             .as_i64()
-            .with_context(|| {
-                format!("commit answered without partitions[0].version: {committed}")
-            })?;
+            .with_context(|| format!("commit answered without partitions[0].version: {committed}"))?;
         commits
-            .observe(&http, &ready, |status, body| {
-                status == 200 && body["partitions"][0]["version"] == version
-            })
+            .observe(&http, &ready, |status, body| status == 200 && body["partitions"][0]["version"] == version)
             .await?;
     }
     Ok(Changes { starts, commits })
@@ -617,21 +542,13 @@ async fn post(http: &reqwest::Client, url: &str, body: &Value, expect: u16) -> R
     let resp = http.post(url).json(body).send().await?;
     let status = resp.status().as_u16();
     let answer: Value = resp.json().await?;
-    ensure!(
-        status == expect,
-        "POST {url}: {status} {answer}, expected {expect}"
-    );
+    ensure!(status == expect, "POST {url}: {status} {answer}, expected {expect}");
     Ok(answer)
 }
 
 impl Propagation {
     /// Polls `url` right after a change until an answer passes `fresh`.
-    async fn observe(
-        &mut self,
-        http: &reqwest::Client,
-        url: &str,
-        fresh: impl Fn(u16, &Value) -> bool,
-    ) -> Result<()> {
+    async fn observe(&mut self, http: &reqwest::Client, url: &str, fresh: impl Fn(u16, &Value) -> bool) -> Result<()> {
         let since = Instant::now();
         self.changes += 1;
         let mut first = true;
@@ -656,11 +573,7 @@ impl Propagation {
 
     fn summary(&self) -> String {
         let never = if self.never > 0 {
-            format!(
-                ", {} never within {} s",
-                self.never,
-                PROPAGATION_LIMIT.as_secs()
-            )
+            format!(", {} never within {} s", self.never, PROPAGATION_LIMIT.as_secs())
         } else {
             String::new()
         };
@@ -713,10 +626,7 @@ fn report(measured: &[(Subject, Load)], pg_skipped: bool) {
         );
     }
     if pg_skipped {
-        println!(
-            "{:<32} SKIPPED: PostgreSQL unreachable",
-            "batchgate postgres"
-        );
+        println!("{:<32} SKIPPED: PostgreSQL unreachable", "batchgate postgres");
     }
     println!();
     println!("stale answers: a change through one instance, then GET /ready on the reader at once");

@@ -25,11 +25,7 @@ pub struct Change {
 
 impl Change {
     pub fn touches(&self, dataset: &str, partition: &str) -> bool {
-        self.dataset == dataset
-            && self
-                .partitions
-                .as_ref()
-                .is_none_or(|ps| ps.iter().any(|p| p == partition))
+        self.dataset == dataset && self.partitions.as_ref().is_none_or(|ps| ps.iter().any(|p| p == partition))
     }
 }
 
@@ -150,11 +146,7 @@ impl ChangeHub {
     }
 
     /// `Some(entry)` on a hit (the entry itself may say "no such partition").
-    pub fn cached_partition(
-        &self,
-        dataset: &str,
-        partition: &str,
-    ) -> Option<Option<PartitionRecord>> {
+    pub fn cached_partition(&self, dataset: &str, partition: &str) -> Option<Option<PartitionRecord>> {
         let c = self.cache.read().expect("cache lock");
         if !c.enabled {
             return None;
@@ -162,13 +154,7 @@ impl ChangeHub {
         c.partitions.get(dataset)?.get(partition).cloned()
     }
 
-    pub fn fill_partition(
-        &self,
-        seen: Generation,
-        dataset: &str,
-        partition: &str,
-        value: Option<PartitionRecord>,
-    ) {
+    pub fn fill_partition(&self, seen: Generation, dataset: &str, partition: &str, value: Option<PartitionRecord>) {
         let mut c = self.cache.write().expect("cache lock");
         if !c.enabled || c.generation != seen.0 {
             return;
@@ -177,11 +163,7 @@ impl ChangeHub {
             c.partitions.clear();
             c.entries = 0;
         }
-        let prev = c
-            .partitions
-            .entry(dataset.to_owned())
-            .or_default()
-            .insert(partition.to_owned(), value);
+        let prev = c.partitions.entry(dataset.to_owned()).or_default().insert(partition.to_owned(), value);
         if prev.is_none() {
             c.entries += 1;
         }
@@ -195,13 +177,7 @@ impl ChangeHub {
         c.tasks.get(&(task.to_owned(), dt.to_owned())).cloned()
     }
 
-    pub fn fill_task(
-        &self,
-        seen: Generation,
-        task: &str,
-        dt: &str,
-        value: Option<Arc<TaskLatest>>,
-    ) {
+    pub fn fill_task(&self, seen: Generation, task: &str, dt: &str, value: Option<Arc<TaskLatest>>) {
         let mut c = self.cache.write().expect("cache lock");
         if !c.enabled || c.generation != seen.0 {
             return;
@@ -218,28 +194,19 @@ mod tests {
     use super::*;
 
     fn rec(version: i64) -> PartitionRecord {
-        PartitionRecord {
-            version,
-            ..PartitionRecord::placeholder("d", "dt=2026-08-24")
-        }
+        PartitionRecord { version, ..PartitionRecord::placeholder("d", "dt=2026-08-24") }
     }
 
     #[test]
     fn a_fill_from_before_an_invalidation_is_dropped() {
         let hub = ChangeHub::new(true);
         let seen = hub.generation();
-        hub.publish(Change {
-            dataset: "d".into(),
-            partitions: Some(vec!["dt=2026-08-24".into()]),
-        });
+        hub.publish(Change { dataset: "d".into(), partitions: Some(vec!["dt=2026-08-24".into()]) });
         hub.fill_partition(seen, "d", "dt=2026-08-24", Some(rec(1)));
         assert_eq!(hub.cached_partition("d", "dt=2026-08-24"), None);
         let seen = hub.generation();
         hub.fill_partition(seen, "d", "dt=2026-08-24", Some(rec(2)));
-        assert_eq!(
-            hub.cached_partition("d", "dt=2026-08-24"),
-            Some(Some(rec(2)))
-        );
+        assert_eq!(hub.cached_partition("d", "dt=2026-08-24"), Some(Some(rec(2))));
     }
 
     #[test]
@@ -249,19 +216,10 @@ mod tests {
         let g = hub.generation();
         hub.fill_partition(g, "d", "a=1", None);
         hub.fill_partition(g, "d", "a=2", None);
-        hub.publish(Change {
-            dataset: "d".into(),
-            partitions: Some(vec!["a=1".into()]),
-        });
+        hub.publish(Change { dataset: "d".into(), partitions: Some(vec!["a=1".into()]) });
         assert_eq!(hub.cached_partition("d", "a=1"), None);
-        assert_eq!(
-            hub.cached_partition("d", "a=2"),
-            Some(None),
-            "an unchanged partition stays cached"
-        );
-        assert!(
-            matches!(rx.try_recv(), Ok(Signal::Changed(c)) if c.touches("d", "a=1") && !c.touches("d", "a=2"))
-        );
+        assert_eq!(hub.cached_partition("d", "a=2"), Some(None), "an unchanged partition stays cached");
+        assert!(matches!(rx.try_recv(), Ok(Signal::Changed(c)) if c.touches("d", "a=1") && !c.touches("d", "a=2")));
     }
 
     #[test]

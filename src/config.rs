@@ -65,19 +65,10 @@ mod tests {
 
     #[test]
     fn passwords_never_reach_the_logs() {
-        assert_eq!(
-            redact("postgres://app:s3cret@db:5432/reg"),
-            "postgres://app:***@db:5432/reg"
-        );
-        assert_eq!(
-            redact("postgres://postgres@127.0.0.1/x"),
-            "postgres://postgres@127.0.0.1/x"
-        );
+        assert_eq!(redact("postgres://app:s3cret@db:5432/reg"), "postgres://app:***@db:5432/reg");
+        assert_eq!(redact("postgres://postgres@127.0.0.1/x"), "postgres://postgres@127.0.0.1/x");
         assert_eq!(redact("sqlite://batchgate.db"), "sqlite://batchgate.db");
-        let s = Settings {
-            database_url: "postgres://u:pw@h/d".into(),
-            ..Settings::default()
-        };
+        let s = Settings { database_url: "postgres://u:pw@h/d".into(), ..Settings::default() };
         assert!(!format!("{s:?}").contains("pw"));
     }
 }

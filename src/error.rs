@@ -8,29 +8,16 @@ use serde_json::Value;
 pub enum Error {
     /// The request is well-formed but a field's value is not acceptable (422).
     #[error("{message}")]
-    Invalid {
-        code: &'static str,
-        field: Option<String>,
-        message: String,
-        details: Value,
-    },
+    Invalid { code: &'static str, field: Option<String>, message: String, details: Value },
     /// The thing named does not exist (404).
     #[error("{message}")]
     NotFound { code: &'static str, message: String },
     /// The request contradicts the registry's state (409).
     #[error("{message}")]
-    Conflict {
-        code: &'static str,
-        message: String,
-        details: Value,
-    },
+    Conflict { code: &'static str, message: String, details: Value },
     /// A request-level problem the HTTP layer detects (413, 415, 400 …).
     #[error("{message}")]
-    Request {
-        status: u16,
-        code: &'static str,
-        message: String,
-    },
+    Request { status: u16, code: &'static str, message: String },
     /// The database failed; the transaction was rolled back.
     #[error("storage error: {0}")]
     Database(#[from] sqlx::Error),
@@ -46,11 +33,7 @@ impl Error {
         Self::invalid_code("invalid_field", field, message)
     }
 
-    pub fn invalid_code(
-        code: &'static str,
-        field: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
+    pub fn invalid_code(code: &'static str, field: impl Into<String>, message: impl Into<String>) -> Self {
         let field = field.into();
         Self::Invalid {
             code,
@@ -61,18 +44,11 @@ impl Error {
     }
 
     pub fn conflict(code: &'static str, message: impl Into<String>, details: Value) -> Self {
-        Self::Conflict {
-            code,
-            message: message.into(),
-            details,
-        }
+        Self::Conflict { code, message: message.into(), details }
     }
 
     pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
-        Self::NotFound {
-            code,
-            message: message.into(),
-        }
+        Self::NotFound { code, message: message.into() }
     }
 
     pub fn status(&self) -> u16 {
@@ -102,8 +78,6 @@ impl Error {
 /// Errors that mean "the database cannot be reached right now" rather than
 /// "this statement failed".
 fn is_unavailable(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_)
-    ) || matches!(e, sqlx::Error::Database(d) if d.code().as_deref().is_some_and(|c| c == "5" || c == "6" || c == "517"))
+    matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_))
+        || matches!(e, sqlx::Error::Database(d) if d.code().as_deref().is_some_and(|c| c == "5" || c == "6" || c == "517"))
 }

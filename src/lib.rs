@@ -42,21 +42,11 @@ pub struct App {
 
 /// Connects to the database (migrating it) and builds the router.
 pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
-    let opts = DbOptions {
-        max_connections: settings.max_connections,
-        webhook_url: settings.webhook_url.clone(),
-    };
+    let opts = DbOptions { max_connections: settings.max_connections, webhook_url: settings.webhook_url.clone() };
     let store = SqlStore::connect(&settings.database_url, &opts, clock.clone()).await?;
     let scanner = Arc::new(Scanner::new(store.clone(), clock, settings.webhook_backoff));
-    let state = http::AppState {
-        hub: store.hub().clone(),
-        store: store.clone(),
-    };
-    Ok(App {
-        router: http::router(state),
-        store,
-        scanner,
-    })
+    let state = http::AppState { hub: store.hub().clone(), store: store.clone() };
+    Ok(App { router: http::router(state), store, scanner })
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then finishes the
@@ -70,11 +60,7 @@ pub async fn serve(
     let app = build(&settings, clock).await?;
     tracing::info!(addr = %listener.local_addr()?, backend = app.store.backend(), "batchgate serving");
     // Dropped (and so stopped) when serving ends.
-    let _scans = settings
-        .scan_interval
-        .map(|every| AbortOnDrop(app.scanner.clone().spawn(every)));
-    axum::serve(listener, app.router)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let _scans = settings.scan_interval.map(|every| AbortOnDrop(app.scanner.clone().spawn(every)));
+    axum::serve(listener, app.router).with_graceful_shutdown(shutdown).await?;
     Ok(())
 }

@@ -15,11 +15,7 @@ use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(
-    name = "batchgate",
-    version,
-    about = "The registry and readiness gate for batch data"
-)]
+#[command(name = "batchgate", version, about = "The registry and readiness gate for batch data")]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -94,9 +90,7 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 /// script that runs it.
 fn init_tracing() {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
-        )
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")))
         .init();
 }
 

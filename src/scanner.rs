@@ -34,9 +34,7 @@ pub struct ScanReport {
 /// `base`, `2·base`, `4·base`, … capped at five minutes.
 pub fn backoff(base: Duration, failures: u32) -> Duration {
     let factor = 2u32.saturating_pow(failures.saturating_sub(1));
-    base.checked_mul(factor)
-        .unwrap_or(MAX_BACKOFF)
-        .min(MAX_BACKOFF)
+    base.checked_mul(factor).unwrap_or(MAX_BACKOFF).min(MAX_BACKOFF)
 }
 
 impl Scanner {
@@ -45,12 +43,7 @@ impl Scanner {
             .timeout(Duration::from_secs(10))
             .build()
             .expect("an HTTP client without TLS builds");
-        Self {
-            store,
-            clock,
-            http,
-            backoff,
-        }
+        Self { store, clock, http, backoff }
     }
 
     /// One pass of every scan. A failing scan is logged and the others still run.
@@ -87,11 +80,7 @@ impl Scanner {
             loop {
                 tick.tick().await;
                 let r = self.run_once().await;
-                if !r.abandoned.is_empty()
-                    || r.deadlines_missed > 0
-                    || r.delivered > 0
-                    || r.failed_deliveries > 0
-                {
+                if !r.abandoned.is_empty() || r.deadlines_missed > 0 || r.delivered > 0 || r.failed_deliveries > 0 {
                     tracing::info!(abandoned = ?r.abandoned, deadlines_missed = r.deadlines_missed, delivered = r.delivered,
                         failed = r.failed_deliveries, "scan");
                 }
@@ -120,8 +109,7 @@ impl Scanner {
         };
         let failures = u32::try_from(item.attempts + 1).unwrap_or(u32::MAX);
         let wait = backoff(self.backoff, failures);
-        let retry_at = self.clock.now()
-            + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(300));
+        let retry_at = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(300));
         tracing::warn!(id = item.id, url = %item.url, attempt = failures, %error, retry_in = ?wait, "webhook delivery failed");
         if let Err(e) = self.store.webhook_failed(item.id, &error, retry_at).await {
             tracing::error!(error = ?e, id = item.id, "could not record the failed delivery");

@@ -22,13 +22,7 @@ struct ServiceArgs {
     #[arg(long, env = "BATCHGATE_URL", default_value = DEFAULT_URL, global = true, help_heading = "Service")]
     url: String,
     /// Sent as `Authorization: Bearer <TOKEN>`.
-    #[arg(
-        long,
-        env = "BATCHGATE_TOKEN",
-        hide_env_values = true,
-        global = true,
-        help_heading = "Service"
-    )]
+    #[arg(long, env = "BATCHGATE_TOKEN", hide_env_values = true, global = true, help_heading = "Service")]
     token: Option<String>,
 }
 
@@ -216,24 +210,14 @@ pub async fn run_batch(args: BatchArgs) -> Exit {
                     return Exit::Invalid;
                 }
             };
-            let req = CommitRequest {
-                marker: a.marker,
-                partitions: evidence.partitions,
-                source: evidence.source,
-            };
+            let req = CommitRequest { marker: a.marker, partitions: evidence.partitions, source: evidence.source };
             commands::commit(&client, &a.batch_id, &req, output(a.json)).await
         }
         BatchCommand::Fail(a) => {
-            let req = FailRequest {
-                stage: a.stage,
-                category: a.category,
-                message: a.message,
-            };
+            let req = FailRequest { stage: a.stage, category: a.category, message: a.message };
             commands::fail(&client, &a.batch_id, &req, output(a.json)).await
         }
-        BatchCommand::Heartbeat(a) => {
-            commands::heartbeat(&client, &a.batch_id, output(a.json)).await
-        }
+        BatchCommand::Heartbeat(a) => commands::heartbeat(&client, &a.batch_id, output(a.json)).await,
     }
 }
 
@@ -245,18 +229,11 @@ pub async fn run_wait(args: WaitArgs) -> Exit {
     };
     // clap makes sure of either pair.
     let target = match (args.dataset, args.task, args.dt) {
-        (Some(dataset), _, _) => Target::Partitions {
-            dataset,
-            partitions: args.partitions,
-        },
+        (Some(dataset), _, _) => Target::Partitions { dataset, partitions: args.partitions },
         (None, Some(task), Some(dt)) => Target::Task { task, dt },
         _ => unreachable!("clap requires --dataset with --partition, or --task with --dt"),
     };
-    let opts = WaitOptions {
-        timeout: args.timeout,
-        fail_on_rejected: args.fail_on_rejected,
-        grace: args.grace,
-    };
+    let opts = WaitOptions { timeout: args.timeout, fail_on_rejected: args.fail_on_rejected, grace: args.grace };
     wait::wait(&client, &target, &opts).await
 }
 
@@ -279,9 +256,7 @@ mod tests {
 
     #[test]
     fn wait_takes_partitions_of_a_dataset_or_a_task_and_dt() {
-        let parse = |args: &[&str]| {
-            Cli::try_parse_from([&["batchgate", "wait", "--timeout", "1m"], args].concat())
-        };
+        let parse = |args: &[&str]| Cli::try_parse_from([&["batchgate", "wait", "--timeout", "1m"], args].concat());
         assert!(parse(&["--dataset", "d.x", "--partition", "dt=1"]).is_ok());
         assert!(parse(&["--task", "t", "--dt", "2026-08-24"]).is_ok());
         for bad in [
@@ -289,16 +264,7 @@ mod tests {
             &["--dataset", "d.x"],
             &["--partition", "dt=1"],
             &["--task", "t"],
-            &[
-                "--dataset",
-                "d.x",
-                "--partition",
-                "dt=1",
-                "--task",
-                "t",
-                "--dt",
-                "2026-08-24",
-            ],
+            &["--dataset", "d.x", "--partition", "dt=1", "--task", "t", "--dt", "2026-08-24"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }
@@ -306,17 +272,9 @@ mod tests {
 
     #[test]
     fn durations_read_as_people_write_them() {
-        let Cli::Wait(w) = Cli::try_parse_from([
-            "batchgate",
-            "wait",
-            "--task",
-            "t",
-            "--dt",
-            "2026-08-24",
-            "--timeout",
-            "3h",
-        ])
-        .unwrap() else {
+        let Cli::Wait(w) =
+            Cli::try_parse_from(["batchgate", "wait", "--task", "t", "--dt", "2026-08-24", "--timeout", "3h"]).unwrap()
+        else {
             panic!("not wait")
         };
         assert_eq!(w.timeout, Duration::from_secs(3 * 3600));

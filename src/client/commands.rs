@@ -7,8 +7,7 @@ use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
 use super::{
-    BatchRecord, Client, ClientError, CommitRequest, Exit, FailRequest, PartitionStats,
-    SourceStats, StartRequest,
+    BatchRecord, Client, ClientError, CommitRequest, Exit, FailRequest, PartitionStats, SourceStats, StartRequest,
 };
 use crate::domain::batch::BatchState;
 
@@ -23,27 +22,14 @@ pub enum Output {
 
 /// `batch start`: prints the new batch's id, and the residue of earlier
 /// attempts to stderr.
-pub async fn start(
-    client: &Client,
-    req: &StartRequest,
-    idempotency_key: Option<&str>,
-    output: Output,
-) -> Exit {
+pub async fn start(client: &Client, req: &StartRequest, idempotency_key: Option<&str>, output: Output) -> Exit {
     let answer = match client.start_batch(req, idempotency_key).await {
         Ok(a) => a,
-        Err(e) => {
-            return failed(
-                &format!("cannot start a batch of {} for {}", req.task, req.dt),
-                &e,
-            )
-        }
+        Err(e) => return failed(&format!("cannot start a batch of {} for {}", req.task, req.dt), &e),
     };
     let started = &answer.value;
     if started.state != BatchState::Running {
-        eprintln!(
-            "batchgate: Idempotency-Key replay: batch {} is already {}",
-            started.batch_id, started.state
-        );
+        eprintln!("batchgate: Idempotency-Key replay: batch {} is already {}", started.batch_id, started.state);
     }
     for r in &started.residue {
         eprintln!(
@@ -62,10 +48,7 @@ pub async fn heartbeat(client: &Client, batch_id: &str, output: Output) -> Exit 
     match client.heartbeat(batch_id).await {
         Ok(answer) => {
             print(output, &answer.body, || {
-                format!(
-                    "batch {} leased until {}",
-                    answer.value.batch_id, answer.value.lease_expires_at
-                )
+                format!("batch {} leased until {}", answer.value.batch_id, answer.value.lease_expires_at)
             });
             Exit::Success
         }
@@ -91,11 +74,7 @@ pub async fn commit(client: &Client, batch_id: &str, req: &CommitRequest, output
     if output == Output::Json {
         println!("{}", answer.body);
     }
-    let failed: Vec<_> = record
-        .checks
-        .iter()
-        .filter(|c| c.status == "fail")
-        .collect();
+    let failed: Vec<_> = record.checks.iter().filter(|c| c.status == "fail").collect();
     eprintln!(
         "batchgate: batch {} {}: {} check{} failed",
         record.batch_id,
@@ -153,11 +132,8 @@ impl Evidence {
     /// `partitions` and an optional `source`. The error names the field at
     /// fault (`partitions[0].rows_written`).
     pub fn parse(text: &str) -> Result<Self, String> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-        let field = |e: serde_path_to_error::Error<serde_json::Error>| {
-            format!("{}: {}", e.path(), e.inner())
-        };
+        let value: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+        let field = |e: serde_path_to_error::Error<serde_json::Error>| format!("{}: {}", e.path(), e.inner());
         match value {
             Value::Array(_) => Ok(Self {
                 partitions: serde_path_to_error::deserialize(value).map_err(field)?,
@@ -224,15 +200,8 @@ fn published(record: &BatchRecord) -> String {
 
 /// `unique_keys dt=2026-08-24: observed 97, expected 100: 3 duplicate keys`.
 fn describe_check(c: &super::CheckResult) -> String {
-    let place = c
-        .partition
-        .as_ref()
-        .map(|p| format!(" {p}"))
-        .unwrap_or_default();
-    format!(
-        "{}{place}: observed {}, expected {}: {}",
-        c.name, c.observed, c.expected, c.message
-    )
+    let place = c.partition.as_ref().map(|p| format!(" {p}")).unwrap_or_default();
+    format!("{}{place}: observed {}, expected {}: {}", c.name, c.observed, c.expected, c.message)
 }
 
 #[cfg(test)]
@@ -241,8 +210,7 @@ mod tests {
 
     #[test]
     fn statistics_come_as_an_array_or_as_the_commit_body_without_marker() {
-        let list = Evidence::parse(r#"[{"partition": "dt=1", "rows_written": 5, "row_count": 5}]"#)
-            .unwrap();
+        let list = Evidence::parse(r#"[{"partition": "dt=1", "rows_written": 5, "row_count": 5}]"#).unwrap();
         assert_eq!(list.partitions[0].row_count, 5);
         assert_eq!(list.source, None);
         let object = Evidence::parse(
@@ -256,19 +224,14 @@ mod tests {
 
     #[test]
     fn bad_statistics_name_the_field_at_fault() {
-        let e = Evidence::parse(r#"[{"partition": "dt=1", "rows_written": -1, "row_count": 5}]"#)
-            .unwrap_err();
+        let e = Evidence::parse(r#"[{"partition": "dt=1", "rows_written": -1, "row_count": 5}]"#).unwrap_err();
         assert!(e.starts_with("[0].rows_written: "), "{e}");
-        let e = Evidence::parse(
-            r#"{"partitions": [{"partiton": "dt=1", "rows_written": 1, "row_count": 1}]}"#,
-        )
-        .unwrap_err();
+        let e = Evidence::parse(r#"{"partitions": [{"partiton": "dt=1", "rows_written": 1, "row_count": 1}]}"#)
+            .unwrap_err();
         assert!(e.contains("partiton"), "{e}");
         let e = Evidence::parse(r#"{"partitions": [], "marker": "m"}"#).unwrap_err();
         assert!(e.contains("marker"), "{e}");
         assert!(Evidence::parse("42").unwrap_err().contains("JSON array"));
-        assert!(Evidence::parse("{")
-            .unwrap_err()
-            .starts_with("not valid JSON"));
+        assert!(Evidence::parse("{").unwrap_err().starts_with("not valid JSON"));
     }
 }

@@ -22,11 +22,7 @@ pub enum ClientError {
     Api(#[from] ApiError),
     /// The answer is not what the API promises: a wrong URL, a proxy's page.
     #[error("{url} answered {status} with a body that is not batchgate's: {reason}")]
-    Protocol {
-        url: Url,
-        status: StatusCode,
-        reason: String,
-    },
+    Protocol { url: Url, status: StatusCode, reason: String },
 }
 
 /// The service's error body: `{"error": {"code", "message", "details"}}`.

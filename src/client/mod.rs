@@ -58,10 +58,7 @@ impl Client {
     /// A client for the service at `base_url` (`http://host:port`, optionally
     /// with a path prefix). An empty `token` counts as none.
     pub fn new(base_url: &str, token: Option<String>) -> Result<Self, ClientError> {
-        let bad = |reason: &str| ClientError::BadUrl {
-            url: base_url.to_owned(),
-            reason: reason.to_owned(),
-        };
+        let bad = |reason: &str| ClientError::BadUrl { url: base_url.to_owned(), reason: reason.to_owned() };
         let base = Url::parse(base_url).map_err(|e| bad(&e.to_string()))?;
         if base.scheme() != "http" {
             return Err(bad("only http:// URLs are supported"));
@@ -73,11 +70,7 @@ impl Client {
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .map_err(|e| ClientError::BadRequest(chain(&e)))?;
-        Ok(Self {
-            http,
-            base,
-            token: token.filter(|t| !t.is_empty()),
-        })
+        Ok(Self { http, base, token: token.filter(|t| !t.is_empty()) })
     }
 
     /// `POST /v1/batches`: starts a batch (or, with an `Idempotency-Key`
@@ -110,17 +103,11 @@ impl Client {
 
     /// `POST /v1/batches/{id}/commit`. A decided commit is `Ok` whether it
     /// published or was rejected: look at the record's `state`.
-    pub async fn commit(
-        &self,
-        batch_id: &str,
-        req: &CommitRequest,
-    ) -> Result<Answer<BatchRecord>, ClientError> {
-        let call = self
-            .request(Method::POST, &["v1", "batches", batch_id, "commit"])
-            .json(req);
+    pub async fn commit(&self, batch_id: &str, req: &CommitRequest) -> Result<Answer<BatchRecord>, ClientError> {
+        let call = self.request(Method::POST, &["v1", "batches", batch_id, "commit"]).json(req);
         let reply = self.exchange(call).await?;
-        let rejected = reply.status == StatusCode::UNPROCESSABLE_ENTITY
-            && reply.body["error"]["code"] == "checks_failed";
+        let rejected =
+            reply.status == StatusCode::UNPROCESSABLE_ENTITY && reply.body["error"]["code"] == "checks_failed";
         match reply.status {
             StatusCode::OK => reply.decode(),
             _ if rejected => reply.decode(),
@@ -129,14 +116,8 @@ impl Client {
     }
 
     /// `POST /v1/batches/{id}/fail`: reports that the task failed.
-    pub async fn fail(
-        &self,
-        batch_id: &str,
-        req: &FailRequest,
-    ) -> Result<Answer<BatchRecord>, ClientError> {
-        let call = self
-            .request(Method::POST, &["v1", "batches", batch_id, "fail"])
-            .json(req);
+    pub async fn fail(&self, batch_id: &str, req: &FailRequest) -> Result<Answer<BatchRecord>, ClientError> {
+        let call = self.request(Method::POST, &["v1", "batches", batch_id, "fail"]).json(req);
         let reply = self.exchange(call).await?;
         match reply.status {
             StatusCode::OK => reply.decode(),
@@ -157,10 +138,7 @@ impl Client {
         {
             let mut q = url.query_pairs_mut();
             match target {
-                Target::Partitions {
-                    dataset,
-                    partitions,
-                } => {
+                Target::Partitions { dataset, partitions } => {
                     q.append_pair("dataset", dataset);
                     for p in partitions {
                         q.append_pair("partition", p);
@@ -182,9 +160,7 @@ impl Client {
         let reply = self.exchange(call).await?;
         match (reply.status, &reply.body["ready"]) {
             (StatusCode::OK, Value::Bool(true)) => Ok(Readiness::Ready(reply.decode()?.value)),
-            (StatusCode::NOT_FOUND, Value::Bool(false)) => {
-                Ok(Readiness::NotReady(reply.decode()?.value))
-            }
+            (StatusCode::NOT_FOUND, Value::Bool(false)) => Ok(Readiness::NotReady(reply.decode()?.value)),
             _ => Err(reply.into_error()),
         }
     }
@@ -192,16 +168,12 @@ impl Client {
     /// The base URL with `segments` appended, each percent-encoded.
     fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
-        url.path_segments_mut()
-            .expect("checked in new: the base URL has a path")
-            .pop_if_empty()
-            .extend(segments);
+        url.path_segments_mut().expect("checked in new: the base URL has a path").pop_if_empty().extend(segments);
         url
     }
 
     fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
-        self.authorised(self.http.request(method, self.url(segments)))
-            .timeout(REQUEST_TIMEOUT)
+        self.authorised(self.http.request(method, self.url(segments))).timeout(REQUEST_TIMEOUT)
     }
 
     fn authorised(&self, call: RequestBuilder) -> RequestBuilder {
@@ -213,9 +185,7 @@ impl Client {
 
     /// Sends the request and reads the JSON body of whatever status came back.
     async fn exchange(&self, call: RequestBuilder) -> Result<Reply, ClientError> {
-        let request = call
-            .build()
-            .map_err(|e| ClientError::BadRequest(chain(&e)))?;
+        let request = call.build().map_err(|e| ClientError::BadRequest(chain(&e)))?;
         let url = request.url().clone();
         let unreachable = |e: reqwest::Error| ClientError::Unreachable {
             url: url.clone(),
@@ -244,15 +214,8 @@ struct Reply {
 impl Reply {
     fn decode<T: DeserializeOwned>(self) -> Result<Answer<T>, ClientError> {
         match T::deserialize(&self.body) {
-            Ok(value) => Ok(Answer {
-                value,
-                body: self.body,
-            }),
-            Err(e) => Err(ClientError::Protocol {
-                url: self.url,
-                status: self.status,
-                reason: e.to_string(),
-            }),
+            Ok(value) => Ok(Answer { value, body: self.body }),
+            Err(e) => Err(ClientError::Protocol { url: self.url, status: self.status, reason: e.to_string() }),
         }
     }
 
@@ -270,10 +233,7 @@ impl Reply {
             _ => ClientError::Protocol {
                 url: self.url,
                 status: self.status,
-                reason: format!(
-                    "unexpected body {}",
-                    excerpt(self.body.to_string().as_bytes())
-                ),
+                reason: format!("unexpected body {}", excerpt(self.body.to_string().as_bytes())),
             },
         }
     }
@@ -298,10 +258,7 @@ mod tests {
     fn unusable_urls_are_refused_by_name() {
         for url in ["localhost:8080", "https://h", "http://h/?x=1", "not a url"] {
             let e = Client::new(url, None).unwrap_err();
-            assert!(
-                matches!(&e, ClientError::BadUrl { url: u, .. } if u == url),
-                "{url}: {e}"
-            );
+            assert!(matches!(&e, ClientError::BadUrl { url: u, .. } if u == url), "{url}: {e}");
         }
     }
 

@@ -139,10 +139,7 @@ pub struct Failure {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// Every one of these partitions of the dataset.
-    Partitions {
-        dataset: String,
-        partitions: Vec<String>,
-    },
+    Partitions { dataset: String, partitions: Vec<String> },
     /// The partitions of the task's latest batch for the data date.
     Task { task: String, dt: String },
 }
@@ -150,10 +147,7 @@ pub enum Target {
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Target::Partitions {
-                dataset,
-                partitions,
-            } => write!(f, "{dataset} {}", partitions.join(", ")),
+            Target::Partitions { dataset, partitions } => write!(f, "{dataset} {}", partitions.join(", ")),
             Target::Task { task, dt } => write!(f, "task {task} dt {dt}"),
         }
     }

@@ -53,21 +53,13 @@ pub async fn wait(client: &Client, target: &Target, opts: &WaitOptions) -> Exit 
     eprintln!(
         "batchgate: waiting up to {} for {target} to be ready{}",
         human(opts.timeout),
-        if opts.fail_on_rejected {
-            " (giving up if it is rejected)"
-        } else {
-            ""
-        }
+        if opts.fail_on_rejected { " (giving up if it is rejected)" } else { "" }
     );
     // The first look does not wait, so the log says at once what is missing.
     let mut first = true;
     loop {
         let asked = Instant::now();
-        let slice = if first {
-            Duration::ZERO
-        } else {
-            deadline.saturating_duration_since(asked).min(SLICE)
-        };
+        let slice = if first { Duration::ZERO } else { deadline.saturating_duration_since(asked).min(SLICE) };
         first = false;
         let poll = look(client, target, slice, opts.fail_on_rejected).await;
         let now = Instant::now();
@@ -82,26 +74,17 @@ pub async fn wait(client: &Client, target: &Target, opts: &WaitOptions) -> Exit 
                 return exit;
             }
             Poll::NotReady(nr) if opts.fail_on_rejected && nr.reason == "rejected" => {
-                eprintln!(
-                    "batchgate: giving up after {elapsed}: {target} {}",
-                    not_ready(&nr)
-                );
+                eprintln!("batchgate: giving up after {elapsed}: {target} {}", not_ready(&nr));
                 return Exit::Rejected;
             }
             Poll::NotReady(nr) => {
                 outage_since = None;
                 retry = FIRST_RETRY;
                 if now >= deadline {
-                    eprintln!(
-                        "batchgate: timed out after {elapsed}: {target} {}",
-                        not_ready(&nr)
-                    );
+                    eprintln!("batchgate: timed out after {elapsed}: {target} {}", not_ready(&nr));
                     return Exit::TimedOut;
                 }
-                eprintln!(
-                    "batchgate: still waiting after {elapsed}: {target} {}",
-                    not_ready(&nr)
-                );
+                eprintln!("batchgate: still waiting after {elapsed}: {target} {}", not_ready(&nr));
                 if now - asked + EARLY_ANSWER_PAUSE < slice {
                     sleep(EARLY_ANSWER_PAUSE.min(deadline - now)).await;
                 }
@@ -110,10 +93,7 @@ pub async fn wait(client: &Client, target: &Target, opts: &WaitOptions) -> Exit 
                 let since = *outage_since.get_or_insert(asked);
                 let give_up_at = deadline.min(since + opts.grace);
                 if now >= give_up_at {
-                    eprintln!(
-                        "batchgate: giving up after {elapsed}: {message} (for {})",
-                        human(now - since)
-                    );
+                    eprintln!("batchgate: giving up after {elapsed}: {message} (for {})", human(now - since));
                     return Exit::Unavailable;
                 }
                 let pause = retry.min(give_up_at - now);
@@ -129,11 +109,8 @@ pub async fn wait(client: &Client, target: &Target, opts: &WaitOptions) -> Exit 
 async fn look(client: &Client, target: &Target, slice: Duration, until_rejected: bool) -> Poll {
     match client.ready(target, Some(slice), until_rejected).await {
         Ok(Readiness::Ready(ready)) => {
-            let versions: Vec<String> = ready
-                .partitions
-                .iter()
-                .map(|p| format!("{} version {}", p.partition, p.version))
-                .collect();
+            let versions: Vec<String> =
+                ready.partitions.iter().map(|p| format!("{} version {}", p.partition, p.version)).collect();
             Poll::Ready(versions.join(", "))
         }
         Ok(Readiness::NotReady(nr)) if nr.reason == "unavailable" => {

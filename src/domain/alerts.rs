@@ -55,75 +55,38 @@ pub fn for_failure(category: FailCategory, stage: FailStage) -> Advice {
         FailCategory::Logic => (Action::FixCodeThenRerun, OwnerOf::Dataset, false),
         FailCategory::PartialWrite => (Action::CleanResidueThenRerun, OwnerOf::Dataset, true),
         // Nothing known: if it may have written, clean first; else a retry is cheap.
-        FailCategory::Unknown if stage.may_have_written() => {
-            (Action::CleanResidueThenRerun, OwnerOf::Dataset, true)
-        }
+        FailCategory::Unknown if stage.may_have_written() => (Action::CleanResidueThenRerun, OwnerOf::Dataset, true),
         FailCategory::Unknown => (Action::WaitForRetry, OwnerOf::Dataset, true),
     };
-    Advice {
-        action,
-        owner,
-        retryable,
-    }
+    Advice { action, owner, retryable }
 }
 
 /// A rejected commit, from the checks that failed: extra rows mean a dirty
 /// rerun (clean and rerun); wrong numbers mean the source is off.
 pub fn for_rejection<'a>(failed: impl IntoIterator<Item = (&'a str, CheckStatus)>) -> Advice {
-    let failed: Vec<&str> = failed
-        .into_iter()
-        .filter(|(_, s)| *s == CheckStatus::Fail)
-        .map(|(n, _)| n)
-        .collect();
-    let source_problem = failed.iter().any(|n| {
-        matches!(
-            *n,
-            "volume_vs_baseline" | "source_reconciliation" | "null_keys" | "non_empty"
-        )
-    });
-    let duplicate_problem = failed.iter().any(|n| {
-        matches!(
-            *n,
-            "rows_match_written" | "unique_keys" | "partitions_complete" | "marker_present"
-        )
-    });
+    let failed: Vec<&str> = failed.into_iter().filter(|(_, s)| *s == CheckStatus::Fail).map(|(n, _)| n).collect();
+    let source_problem =
+        failed.iter().any(|n| matches!(*n, "volume_vs_baseline" | "source_reconciliation" | "null_keys" | "non_empty"));
+    let duplicate_problem = failed
+        .iter()
+        .any(|n| matches!(*n, "rows_match_written" | "unique_keys" | "partitions_complete" | "marker_present"));
     if source_problem && !duplicate_problem {
-        Advice {
-            action: Action::FixSourceData,
-            owner: OwnerOf::Upstream,
-            retryable: false,
-        }
+        Advice { action: Action::FixSourceData, owner: OwnerOf::Upstream, retryable: false }
     } else {
-        Advice {
-            action: Action::CleanResidueThenRerun,
-            owner: OwnerOf::Dataset,
-            retryable: true,
-        }
+        Advice { action: Action::CleanResidueThenRerun, owner: OwnerOf::Dataset, retryable: true }
     }
 }
 
 /// A batch whose lease ran out: it may have written part of its rows.
 pub fn for_abandoned() -> Advice {
-    Advice {
-        action: Action::CleanResidueThenRerun,
-        owner: OwnerOf::Dataset,
-        retryable: true,
-    }
+    Advice { action: Action::CleanResidueThenRerun, owner: OwnerOf::Dataset, retryable: true }
 }
 
 /// A missed deadline, from the state of the partition that holds it up.
 pub fn for_deadline(blocking_state: &str) -> Advice {
     match blocking_state {
-        "running" => Advice {
-            action: Action::WaitForRetry,
-            owner: OwnerOf::Dataset,
-            retryable: true,
-        },
-        _ => Advice {
-            action: Action::CleanResidueThenRerun,
-            owner: OwnerOf::Dataset,
-            retryable: true,
-        },
+        "running" => Advice { action: Action::WaitForRetry, owner: OwnerOf::Dataset, retryable: true },
+        _ => Advice { action: Action::CleanResidueThenRerun, owner: OwnerOf::Dataset, retryable: true },
     }
 }
 
@@ -135,61 +98,26 @@ mod tests {
     fn categories_set_action_and_owner() {
         assert_eq!(
             for_failure(FailCategory::Data, FailStage::Read),
-            Advice {
-                action: Action::FixSourceData,
-                owner: OwnerOf::Upstream,
-                retryable: false
-            }
+            Advice { action: Action::FixSourceData, owner: OwnerOf::Upstream, retryable: false }
         );
         assert!(for_failure(FailCategory::Resource, FailStage::Compute).retryable);
-        assert_eq!(
-            for_failure(FailCategory::Resource, FailStage::Compute).action,
-            Action::WaitForRetry
-        );
-        assert_eq!(
-            for_failure(FailCategory::Logic, FailStage::Compute).action,
-            Action::FixCodeThenRerun
-        );
-        assert_eq!(
-            for_failure(FailCategory::PartialWrite, FailStage::Write).action,
-            Action::CleanResidueThenRerun
-        );
-        assert_eq!(
-            for_failure(FailCategory::Unknown, FailStage::Write).action,
-            Action::CleanResidueThenRerun
-        );
-        assert_eq!(
-            for_failure(FailCategory::Unknown, FailStage::Read).action,
-            Action::WaitForRetry
-        );
+        assert_eq!(for_failure(FailCategory::Resource, FailStage::Compute).action, Action::WaitForRetry);
+        assert_eq!(for_failure(FailCategory::Logic, FailStage::Compute).action, Action::FixCodeThenRerun);
+        assert_eq!(for_failure(FailCategory::PartialWrite, FailStage::Write).action, Action::CleanResidueThenRerun);
+        assert_eq!(for_failure(FailCategory::Unknown, FailStage::Write).action, Action::CleanResidueThenRerun);
+        assert_eq!(for_failure(FailCategory::Unknown, FailStage::Read).action, Action::WaitForRetry);
     }
 
     #[test]
     fn rejections_split_into_duplicates_and_bad_sources() {
+        assert_eq!(for_rejection([("unique_keys", CheckStatus::Fail)]).action, Action::CleanResidueThenRerun);
+        assert_eq!(for_rejection([("rows_match_written", CheckStatus::Fail)]).action, Action::CleanResidueThenRerun);
+        assert_eq!(for_rejection([("volume_vs_baseline", CheckStatus::Fail)]).action, Action::FixSourceData);
         assert_eq!(
-            for_rejection([("unique_keys", CheckStatus::Fail)]).action,
-            Action::CleanResidueThenRerun
-        );
-        assert_eq!(
-            for_rejection([("rows_match_written", CheckStatus::Fail)]).action,
-            Action::CleanResidueThenRerun
-        );
-        assert_eq!(
-            for_rejection([("volume_vs_baseline", CheckStatus::Fail)]).action,
+            for_rejection([("source_reconciliation", CheckStatus::Fail), ("unique_keys", CheckStatus::Pass)]).action,
             Action::FixSourceData
         );
-        assert_eq!(
-            for_rejection([
-                ("source_reconciliation", CheckStatus::Fail),
-                ("unique_keys", CheckStatus::Pass)
-            ])
-            .action,
-            Action::FixSourceData
-        );
-        assert_eq!(
-            for_rejection([("null_keys", CheckStatus::Fail)]).owner,
-            OwnerOf::Upstream
-        );
+        assert_eq!(for_rejection([("null_keys", CheckStatus::Fail)]).owner, OwnerOf::Upstream);
     }
 
     #[test]

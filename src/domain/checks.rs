@@ -136,11 +136,7 @@ pub fn median(values: &[i64]) -> Option<f64> {
     let mut v = values.to_vec();
     v.sort_unstable();
     let mid = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[mid] as f64
-    } else {
-        (v[mid - 1] as f64 + v[mid] as f64) / 2.0
-    })
+    Some(if v.len() % 2 == 1 { v[mid] as f64 } else { (v[mid - 1] as f64 + v[mid] as f64) / 2.0 })
 }
 
 /// Runs every check over a commit's evidence.
@@ -153,10 +149,7 @@ pub fn evaluate(
     history: &BTreeMap<PartitionSpec, PartitionHistory>,
     evidence: &CommitEvidence,
 ) -> Verdict {
-    let mut b = Builder {
-        policy,
-        checks: Vec::new(),
-    };
+    let mut b = Builder { policy, checks: Vec::new() };
 
     // 1. marker_present
     let marker = evidence.marker.trim();
@@ -175,20 +168,10 @@ pub fn evaluate(
     // 2. partitions_complete
     let declared_set: BTreeSet<&PartitionSpec> = declared.iter().collect();
     let mut seen = BTreeSet::new();
-    let duplicated: Vec<String> = evidence
-        .partitions
-        .iter()
-        .filter(|p| !seen.insert(&p.partition))
-        .map(|p| p.partition.to_string())
-        .collect();
-    let missing: Vec<String> = declared_set
-        .difference(&seen)
-        .map(|p| p.to_string())
-        .collect();
-    let unexpected: Vec<String> = seen
-        .difference(&declared_set)
-        .map(|p| p.to_string())
-        .collect();
+    let duplicated: Vec<String> =
+        evidence.partitions.iter().filter(|p| !seen.insert(&p.partition)).map(|p| p.partition.to_string()).collect();
+    let missing: Vec<String> = declared_set.difference(&seen).map(|p| p.to_string()).collect();
+    let unexpected: Vec<String> = seen.difference(&declared_set).map(|p| p.to_string()).collect();
     let complete = missing.is_empty() && unexpected.is_empty() && duplicated.is_empty();
     b.push(
         "partitions_complete",
@@ -220,7 +203,15 @@ pub fn evaluate(
             WriteMode::Merge => None,
         };
         match expected_rows {
-            None => b.push("rows_match_written", spec, json!(p.row_count), Value::Null, Outcome::Skipped("merge writes update rows in place; row_count is not derived from rows_written".into())),
+            None => b.push(
+                "rows_match_written",
+                spec,
+                json!(p.row_count),
+                Value::Null,
+                Outcome::Skipped(
+                    "merge writes update rows in place; row_count is not derived from rows_written".into(),
+                ),
+            ),
             Some(exp) => b.push(
                 "rows_match_written",
                 spec,
@@ -268,13 +259,7 @@ pub fn evaluate(
 
         // 5. null_keys
         match p.null_keys {
-            None => b.push(
-                "null_keys",
-                spec,
-                Value::Null,
-                json!(0),
-                Outcome::Skipped("null_keys not reported".into()),
-            ),
+            None => b.push("null_keys", spec, Value::Null, json!(0), Outcome::Skipped("null_keys not reported".into())),
             Some(n) => b.push(
                 "null_keys",
                 spec,
@@ -339,7 +324,11 @@ pub fn evaluate(
                     json!({"row_count": p.row_count, "change": change}),
                     json!({"baseline": base, "periods": hist.baseline.len(), "max_change": policy.max_volume_change}),
                     if change.abs() <= policy.max_volume_change {
-                        Outcome::Pass(format!("{:+.1}% against the median of {} earlier dates", change * 100.0, hist.baseline.len()))
+                        Outcome::Pass(format!(
+                            "{:+.1}% against the median of {} earlier dates",
+                            change * 100.0,
+                            hist.baseline.len()
+                        ))
                     } else {
                         Outcome::Fail(format!(
                             "{:+.1}% against the median {base} of {} earlier dates; at most ±{:.1}% allowed",
@@ -375,25 +364,18 @@ pub fn evaluate(
                 }
             }
             for (metric, want) in &src.metrics {
-                let reported: Vec<f64> = evidence
-                    .partitions
-                    .iter()
-                    .filter_map(|p| p.metrics.get(metric).copied())
-                    .collect();
+                let reported: Vec<f64> =
+                    evidence.partitions.iter().filter_map(|p| p.metrics.get(metric).copied()).collect();
                 expected.insert(metric.clone(), json!(want));
                 if reported.len() != evidence.partitions.len() {
                     observed.insert(metric.clone(), Value::Null);
-                    problems.push(format!(
-                        "metric {metric:?} is not reported for every partition"
-                    ));
+                    problems.push(format!("metric {metric:?} is not reported for every partition"));
                     continue;
                 }
                 let got: f64 = reported.iter().sum();
                 observed.insert(metric.clone(), json!(got));
                 if !metrics_agree(got, *want) {
-                    problems.push(format!(
-                        "{metric}: partitions sum to {got}, source says {want}"
-                    ));
+                    problems.push(format!("{metric}: partitions sum to {got}, source says {want}"));
                 }
             }
             b.push(
@@ -411,10 +393,7 @@ pub fn evaluate(
     }
 
     let passed = !b.checks.iter().any(|c| c.status == CheckStatus::Fail);
-    Verdict {
-        passed,
-        checks: b.checks,
-    }
+    Verdict { passed, checks: b.checks }
 }
 
 #[cfg(test)]
@@ -438,19 +417,11 @@ mod tests {
     }
 
     fn commit(parts: Vec<PartitionEvidence>) -> CommitEvidence {
-        CommitEvidence {
-            marker: "_SUCCESS".into(),
-            partitions: parts,
-            source: None,
-        }
+        CommitEvidence { marker: "_SUCCESS".into(), partitions: parts, source: None }
     }
 
     fn status_of(v: &Verdict, name: &str) -> CheckStatus {
-        v.checks
-            .iter()
-            .find(|c| c.name == name)
-            .unwrap_or_else(|| panic!("no check {name}"))
-            .status
+        v.checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no check {name}")).status
     }
 
     fn run(
@@ -466,12 +437,7 @@ mod tests {
 
     #[test]
     fn a_clean_commit_passes_every_check() {
-        let v = run(
-            &DatasetPolicy::default(),
-            &["dt=2026-08-24"],
-            &[],
-            &commit(vec![part("dt=2026-08-24", 10, 10)]),
-        );
+        let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &commit(vec![part("dt=2026-08-24", 10, 10)]));
         assert!(v.passed, "{v:?}");
         assert_eq!(status_of(&v, "volume_vs_baseline"), CheckStatus::Skipped);
         assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Skipped);
@@ -491,14 +457,8 @@ mod tests {
 
     #[test]
     fn append_mode_adds_to_the_published_count_and_merge_skips() {
-        let mut policy = DatasetPolicy {
-            write_mode: WriteMode::Append,
-            ..Default::default()
-        };
-        let hist = PartitionHistory {
-            published_row_count: Some(100),
-            baseline: vec![],
-        };
+        let mut policy = DatasetPolicy { write_mode: WriteMode::Append, ..Default::default() };
+        let hist = PartitionHistory { published_row_count: Some(100), baseline: vec![] };
         let v = run(
             &policy,
             &["dt=2026-08-24"],
@@ -514,41 +474,20 @@ mod tests {
         );
         assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Fail);
         policy.write_mode = WriteMode::Merge;
-        let v = run(
-            &policy,
-            &["dt=2026-08-24"],
-            &[("dt=2026-08-24", hist)],
-            &commit(vec![part("dt=2026-08-24", 10, 999)]),
-        );
+        let v =
+            run(&policy, &["dt=2026-08-24"], &[("dt=2026-08-24", hist)], &commit(vec![part("dt=2026-08-24", 10, 999)]));
         assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Skipped);
     }
 
     #[test]
     fn missing_and_unexpected_partitions_fail_completeness_even_on_scratch() {
-        let policy = DatasetPolicy {
-            tier: Tier::Scratch,
-            ..Default::default()
-        };
-        let v = run(
-            &policy,
-            &["h=1", "h=2"],
-            &[],
-            &commit(vec![part("h=1", 1, 1), part("h=3", 1, 1)]),
-        );
+        let policy = DatasetPolicy { tier: Tier::Scratch, ..Default::default() };
+        let v = run(&policy, &["h=1", "h=2"], &[], &commit(vec![part("h=1", 1, 1), part("h=3", 1, 1)]));
         assert!(!v.passed);
-        let c = v
-            .checks
-            .iter()
-            .find(|c| c.name == "partitions_complete")
-            .unwrap();
+        let c = v.checks.iter().find(|c| c.name == "partitions_complete").unwrap();
         assert_eq!(c.observed["missing"], json!(["h=2"]));
         assert_eq!(c.observed["unexpected"], json!(["h=3"]));
-        let dup = run(
-            &policy,
-            &["h=1"],
-            &[],
-            &commit(vec![part("h=1", 1, 1), part("h=1", 1, 1)]),
-        );
+        let dup = run(&policy, &["h=1"], &[], &commit(vec![part("h=1", 1, 1), part("h=1", 1, 1)]));
         assert_eq!(status_of(&dup, "partitions_complete"), CheckStatus::Fail);
     }
 
@@ -557,12 +496,7 @@ mod tests {
         let mut p = part("dt=2026-08-24", 10, 10);
         p.distinct_keys = Some(9);
         p.null_keys = Some(2);
-        let v = run(
-            &DatasetPolicy::default(),
-            &["dt=2026-08-24"],
-            &[],
-            &commit(vec![p]),
-        );
+        let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &commit(vec![p]));
         assert_eq!(status_of(&v, "unique_keys"), CheckStatus::Fail);
         assert_eq!(status_of(&v, "null_keys"), CheckStatus::Fail);
         assert!(!v.passed);
@@ -570,23 +504,10 @@ mod tests {
 
     #[test]
     fn empty_partitions_fail_unless_allowed() {
-        let v = run(
-            &DatasetPolicy::default(),
-            &["dt=2026-08-24"],
-            &[],
-            &commit(vec![part("dt=2026-08-24", 0, 0)]),
-        );
+        let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &commit(vec![part("dt=2026-08-24", 0, 0)]));
         assert_eq!(status_of(&v, "non_empty"), CheckStatus::Fail);
-        let allow = DatasetPolicy {
-            allow_empty: true,
-            ..Default::default()
-        };
-        let v = run(
-            &allow,
-            &["dt=2026-08-24"],
-            &[],
-            &commit(vec![part("dt=2026-08-24", 0, 0)]),
-        );
+        let allow = DatasetPolicy { allow_empty: true, ..Default::default() };
+        let v = run(&allow, &["dt=2026-08-24"], &[], &commit(vec![part("dt=2026-08-24", 0, 0)]));
         assert!(v.passed, "{v:?}");
     }
 
@@ -597,36 +518,15 @@ mod tests {
             baseline: vec![1000, 990, 1010, 1000, 1005, 995, 1000],
         };
         let ev = commit(vec![part("dt=2026-08-24", 100, 100)]);
-        let standard = run(
-            &DatasetPolicy::default(),
-            &["dt=2026-08-24"],
-            &[("dt=2026-08-24", hist.clone())],
-            &ev,
-        );
-        assert_eq!(
-            status_of(&standard, "volume_vs_baseline"),
-            CheckStatus::Warn
-        );
+        let standard = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[("dt=2026-08-24", hist.clone())], &ev);
+        assert_eq!(status_of(&standard, "volume_vs_baseline"), CheckStatus::Warn);
         assert!(standard.passed);
-        let core = DatasetPolicy {
-            tier: Tier::Core,
-            ..Default::default()
-        };
-        let v = run(
-            &core,
-            &["dt=2026-08-24"],
-            &[("dt=2026-08-24", hist.clone())],
-            &ev,
-        );
+        let core = DatasetPolicy { tier: Tier::Core, ..Default::default() };
+        let v = run(&core, &["dt=2026-08-24"], &[("dt=2026-08-24", hist.clone())], &ev);
         assert_eq!(status_of(&v, "volume_vs_baseline"), CheckStatus::Fail);
         assert!(!v.passed);
         let within = commit(vec![part("dt=2026-08-24", 800, 800)]);
-        let v = run(
-            &core,
-            &["dt=2026-08-24"],
-            &[("dt=2026-08-24", hist)],
-            &within,
-        );
+        let v = run(&core, &["dt=2026-08-24"], &[("dt=2026-08-24", hist)], &within);
         assert_eq!(status_of(&v, "volume_vs_baseline"), CheckStatus::Pass);
     }
 
@@ -635,38 +535,22 @@ mod tests {
         let mut p = part("dt=2026-08-24", 3, 3);
         p.metrics.insert("amount".into(), 98765432.10);
         let mut ev = commit(vec![p]);
-        ev.source = Some(SourceEvidence {
-            row_count: Some(3),
-            metrics: [("amount".to_string(), 98765432.10 + 1e-8)].into(),
-        });
+        ev.source =
+            Some(SourceEvidence { row_count: Some(3), metrics: [("amount".to_string(), 98765432.10 + 1e-8)].into() });
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
         assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Pass);
-        ev.source = Some(SourceEvidence {
-            row_count: Some(3),
-            metrics: [("amount".to_string(), 98765000.0)].into(),
-        });
+        ev.source = Some(SourceEvidence { row_count: Some(3), metrics: [("amount".to_string(), 98765000.0)].into() });
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
         assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
-        ev.source = Some(SourceEvidence {
-            row_count: Some(4),
-            metrics: BTreeMap::new(),
-        });
+        ev.source = Some(SourceEvidence { row_count: Some(4), metrics: BTreeMap::new() });
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
         assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
     }
 
     #[test]
     fn scratch_only_blocks_on_marker_and_completeness() {
-        let scratch = DatasetPolicy {
-            tier: Tier::Scratch,
-            ..Default::default()
-        };
-        let v = run(
-            &scratch,
-            &["dt=2026-08-24"],
-            &[],
-            &commit(vec![part("dt=2026-08-24", 10, 20)]),
-        );
+        let scratch = DatasetPolicy { tier: Tier::Scratch, ..Default::default() };
+        let v = run(&scratch, &["dt=2026-08-24"], &[], &commit(vec![part("dt=2026-08-24", 10, 20)]));
         assert!(v.passed);
         assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Warn);
         let mut no_marker = commit(vec![part("dt=2026-08-24", 10, 10)]);

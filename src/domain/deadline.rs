@@ -34,9 +34,7 @@ impl Deadline {
     /// exist (a daylight-saving gap) moves to the first instant after it; an
     /// ambiguous one takes the earlier.
     pub fn instant(&self, dt: NaiveDate, tz: Tz) -> Result<DateTime<Utc>, String> {
-        let day = dt
-            .checked_add_days(Days::new(u64::from(self.days_after_dt)))
-            .ok_or("date out of range")?;
+        let day = dt.checked_add_days(Days::new(u64::from(self.days_after_dt))).ok_or("date out of range")?;
         let local = day.and_time(self.local_time()?);
         let mut probe = local;
         for _ in 0..180 {
@@ -59,13 +57,8 @@ mod tests {
 
     #[test]
     fn the_deadline_is_local_time_on_the_offset_day() {
-        let dl = Deadline {
-            time: "06:00".into(),
-            days_after_dt: 1,
-        };
-        let t = dl
-            .instant(d("2026-08-24"), "Asia/Shanghai".parse().unwrap())
-            .unwrap();
+        let dl = Deadline { time: "06:00".into(), days_after_dt: 1 };
+        let t = dl.instant(d("2026-08-24"), "Asia/Shanghai".parse().unwrap()).unwrap();
         assert_eq!(t.to_rfc3339(), "2026-08-24T22:00:00+00:00");
         let utc = dl.instant(d("2026-08-24"), Tz::UTC).unwrap();
         assert_eq!(utc.to_rfc3339(), "2026-08-25T06:00:00+00:00");
@@ -74,35 +67,15 @@ mod tests {
     #[test]
     fn a_time_in_a_dst_gap_moves_forward() {
         // 2026-03-29 02:30 does not exist in Europe/Berlin.
-        let dl = Deadline {
-            time: "02:30".into(),
-            days_after_dt: 0,
-        };
-        let t = dl
-            .instant(d("2026-03-29"), "Europe/Berlin".parse().unwrap())
-            .unwrap();
+        let dl = Deadline { time: "02:30".into(), days_after_dt: 0 };
+        let t = dl.instant(d("2026-03-29"), "Europe/Berlin".parse().unwrap()).unwrap();
         assert_eq!(t.to_rfc3339(), "2026-03-29T01:00:00+00:00");
     }
 
     #[test]
     fn bad_times_are_refused() {
-        assert!(Deadline {
-            time: "6am".into(),
-            days_after_dt: 1
-        }
-        .validate()
-        .is_err());
-        assert!(Deadline {
-            time: "25:00".into(),
-            days_after_dt: 1
-        }
-        .validate()
-        .is_err());
-        assert!(Deadline {
-            time: "06:00".into(),
-            days_after_dt: 400
-        }
-        .validate()
-        .is_err());
+        assert!(Deadline { time: "6am".into(), days_after_dt: 1 }.validate().is_err());
+        assert!(Deadline { time: "25:00".into(), days_after_dt: 1 }.validate().is_err());
+        assert!(Deadline { time: "06:00".into(), days_after_dt: 400 }.validate().is_err());
     }
 }

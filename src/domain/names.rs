@@ -21,18 +21,11 @@ fn parse_name(kind: &str, s: &str, extra: &[char]) -> Result<String, NameError> 
         return Err(NameError(format!("{kind} must not be empty")));
     }
     if s.len() > MAX_NAME_LEN {
-        return Err(NameError(format!(
-            "{kind} is longer than {MAX_NAME_LEN} characters"
-        )));
+        return Err(NameError(format!("{kind} is longer than {MAX_NAME_LEN} characters")));
     }
-    if let Some(bad) = s
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || extra.contains(c)))
-    {
+    if let Some(bad) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || extra.contains(c))) {
         let allowed: String = extra.iter().collect();
-        return Err(NameError(format!(
-            "{kind} contains {bad:?}; allowed are letters, digits, '_' and {allowed:?}"
-        )));
+        return Err(NameError(format!("{kind} contains {bad:?}; allowed are letters, digits, '_' and {allowed:?}")));
     }
     Ok(s.to_owned())
 }
@@ -72,20 +65,11 @@ impl fmt::Display for DatasetName {
 /// The data date of a batch, strictly `YYYY-MM-DD`.
 pub fn parse_dt(s: &str) -> Result<NaiveDate, NameError> {
     let ok_shape = s.len() == 10
-        && s.bytes().enumerate().all(|(i, b)| {
-            if i == 4 || i == 7 {
-                b == b'-'
-            } else {
-                b.is_ascii_digit()
-            }
-        });
+        && s.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
     if !ok_shape {
-        return Err(NameError(format!(
-            "{s:?} is not a date in the form YYYY-MM-DD"
-        )));
+        return Err(NameError(format!("{s:?} is not a date in the form YYYY-MM-DD")));
     }
-    NaiveDate::parse_from_str(s, "%Y-%m-%d")
-        .map_err(|_| NameError(format!("{s:?} is not a valid calendar date")))
+    NaiveDate::parse_from_str(s, "%Y-%m-%d").map_err(|_| NameError(format!("{s:?} is not a valid calendar date")))
 }
 
 const MAX_SPEC_LEN: usize = 1000;
@@ -107,44 +91,27 @@ impl PartitionSpec {
             return Err(NameError("partition spec must not be empty".into()));
         }
         if s.len() > MAX_SPEC_LEN {
-            return Err(NameError(format!(
-                "partition spec is longer than {MAX_SPEC_LEN} characters"
-            )));
+            return Err(NameError(format!("partition spec is longer than {MAX_SPEC_LEN} characters")));
         }
         let mut keys: Vec<&str> = Vec::new();
         for part in s.split('/') {
             let Some((k, v)) = part.split_once('=') else {
-                return Err(NameError(format!(
-                    "partition spec {s:?}: {part:?} is not of the form key=value"
-                )));
+                return Err(NameError(format!("partition spec {s:?}: {part:?} is not of the form key=value")));
             };
             if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(NameError(format!(
-                    "partition spec {s:?}: key {k:?} must be letters, digits and '_'"
-                )));
+                return Err(NameError(format!("partition spec {s:?}: key {k:?} must be letters, digits and '_'")));
             }
             if v.is_empty() {
-                return Err(NameError(format!(
-                    "partition spec {s:?}: key {k:?} has no value"
-                )));
+                return Err(NameError(format!("partition spec {s:?}: key {k:?} has no value")));
             }
             if v.contains('*') {
-                return Err(NameError(format!(
-                    "partition spec {s:?}: {k}={v} is a wildcard, not a partition"
-                )));
+                return Err(NameError(format!("partition spec {s:?}: {k}={v} is a wildcard, not a partition")));
             }
-            if let Some(bad) = v
-                .chars()
-                .find(|c| *c == '=' || c.is_whitespace() || c.is_control())
-            {
-                return Err(NameError(format!(
-                    "partition spec {s:?}: value of {k:?} contains {bad:?}"
-                )));
+            if let Some(bad) = v.chars().find(|c| *c == '=' || c.is_whitespace() || c.is_control()) {
+                return Err(NameError(format!("partition spec {s:?}: value of {k:?} contains {bad:?}")));
             }
             if keys.contains(&k) {
-                return Err(NameError(format!(
-                    "partition spec {s:?}: key {k:?} repeats"
-                )));
+                return Err(NameError(format!("partition spec {s:?}: key {k:?} repeats")));
             }
             keys.push(k);
         }
@@ -197,11 +164,7 @@ impl BatchId {
     /// Reads a batch id back. The task is everything before the last two
     /// dashes, so a task name that itself contains dashes still parses.
     pub fn parse(s: &str) -> Result<Self, NameError> {
-        let bad = || {
-            NameError(format!(
-                "{s:?} is not a batch id of the form {{task}}-{{YYYYMMDD}}-{{NNN}}"
-            ))
-        };
+        let bad = || NameError(format!("{s:?} is not a batch id of the form {{task}}-{{YYYYMMDD}}-{{NNN}}"));
         let (rest, seq) = s.rsplit_once('-').ok_or_else(bad)?;
         let (task, date) = rest.rsplit_once('-').ok_or_else(bad)?;
         if seq.len() < 3 || !seq.bytes().all(|b| b.is_ascii_digit()) || date.len() != 8 {
@@ -219,13 +182,7 @@ impl BatchId {
 
 impl fmt::Display for BatchId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}-{}-{:03}",
-            self.task.as_str(),
-            self.dt.format("%Y%m%d"),
-            self.seq
-        )
+        write!(f, "{}-{}-{:03}", self.task.as_str(), self.dt.format("%Y%m%d"), self.seq)
     }
 }
 
@@ -251,24 +208,14 @@ mod tests {
     #[test]
     fn dt_must_be_a_real_calendar_date() {
         assert_eq!(d("2026-08-24").to_string(), "2026-08-24");
-        for bad in [
-            "2026-8-24",
-            "20260824",
-            "2026-02-30",
-            "2026-08-24T00:00",
-            "",
-        ] {
+        for bad in ["2026-8-24", "20260824", "2026-02-30", "2026-08-24T00:00", ""] {
             assert!(parse_dt(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn partition_specs_are_hive_style() {
-        for ok in [
-            "dt=2026-08-24",
-            "dt=2026-08-24/region=cn",
-            "dt=2026-08-24/hh=01",
-        ] {
+        for ok in ["dt=2026-08-24", "dt=2026-08-24/region=cn", "dt=2026-08-24/hh=01"] {
             assert_eq!(PartitionSpec::parse(ok).unwrap().as_str(), ok);
         }
         for bad in [
@@ -285,10 +232,7 @@ mod tests {
             "dt=a b",
             "dt=2026-08-24//region=cn",
         ] {
-            assert!(
-                PartitionSpec::parse(bad).is_err(),
-                "{bad:?} should be rejected"
-            );
+            assert!(PartitionSpec::parse(bad).is_err(), "{bad:?} should be rejected");
         }
     }
 
@@ -310,14 +254,7 @@ mod tests {
         let big = BatchId::new(TaskName::parse("t").unwrap(), d("2026-08-24"), 1234);
         assert_eq!(big.to_string(), "t-20260824-1234");
         assert_eq!(BatchId::parse("t-20260824-1234").unwrap(), big);
-        for bad in [
-            "t-20260824-01",
-            "t-2026082-001",
-            "-20260824-001",
-            "t-20260230-001",
-            "t-20260824-000",
-            "nope",
-        ] {
+        for bad in ["t-20260824-01", "t-2026082-001", "-20260824-001", "t-20260230-001", "t-20260824-000", "nope"] {
             assert!(BatchId::parse(bad).is_err(), "{bad}");
         }
     }

@@ -47,17 +47,11 @@ impl EventType {
     ];
 
     fn parse(s: &str) -> Option<Self> {
-        Self::ALL
-            .iter()
-            .find(|(name, _)| *name == s)
-            .map(|(_, t)| *t)
+        Self::ALL.iter().find(|(name, _)| *name == s).map(|(_, t)| *t)
     }
 
     pub fn as_str(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(_, t)| *t == self)
-            .map_or("OTHER", |(name, _)| name)
+        Self::ALL.iter().find(|(_, t)| *t == self).map_or("OTHER", |(name, _)| name)
     }
 }
 
@@ -73,9 +67,7 @@ impl Moment {
     fn parse(s: &str) -> Option<Self> {
         DateTime::parse_from_rfc3339(s)
             .map(Moment::Aware)
-            .or_else(|_| {
-                NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").map(Moment::Local)
-            })
+            .or_else(|_| NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").map(Moment::Local))
             .ok()
     }
 
@@ -154,31 +146,22 @@ impl RunEvent {
     pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
         let body: Value = serde_json::from_slice(bytes)?;
         let mut warnings = Vec::new();
-        let text = |pointer: &str| {
-            body.pointer(pointer)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-        };
+        let text =
+            |pointer: &str| body.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
         let event_type = text("/eventType");
         let kind = event_type.as_deref().and_then(EventType::parse);
         match &event_type {
-            None => warnings.push(
-                "no eventType: not a RunEvent (a DatasetEvent or JobEvent changes no batch)".into(),
-            ),
-            Some(t) if kind.is_none() => warnings.push(format!(
-                "eventType {t:?} is not one of START, RUNNING, COMPLETE, ABORT, FAIL, OTHER"
-            )),
+            None => warnings.push("no eventType: not a RunEvent (a DatasetEvent or JobEvent changes no batch)".into()),
+            Some(t) if kind.is_none() => {
+                warnings.push(format!("eventType {t:?} is not one of START, RUNNING, COMPLETE, ABORT, FAIL, OTHER"))
+            }
             Some(_) => {}
         }
         let run_id = text("/run/runId");
         if run_id.is_none() {
             warnings.push("run.runId is missing: the event cannot be tied to a batch".into());
         }
-        let job = Job {
-            namespace: text("/job/namespace"),
-            name: text("/job/name"),
-        };
+        let job = Job { namespace: text("/job/namespace"), name: text("/job/name") };
 
         // The facets are read typed, from the bytes: a Value would lose the
         // order of a partition's dimensions.
@@ -202,9 +185,7 @@ impl RunEvent {
             let value = value?;
             let parsed = Moment::parse(&value);
             if parsed.is_none() {
-                warnings.push(format!(
-                    "run.facets.nominalTime.{field} {value:?} is not an ISO 8601 date-time"
-                ));
+                warnings.push(format!("run.facets.nominalTime.{field} {value:?} is not an ISO 8601 date-time"));
             }
             parsed
         };
@@ -236,21 +217,14 @@ impl RunEvent {
     /// The batch a `START` starts for `output`.
     pub fn start_plan(&self, output: &Output, policy: &DatasetPolicy) -> Result<StartPlan, String> {
         let run_id = self.run_id.as_deref().ok_or("run.runId is missing")?;
-        let job_name = self
-            .job
-            .name
-            .as_deref()
-            .ok_or("job.name is missing: there is no task to start a batch for")?;
+        let job_name = self.job.name.as_deref().ok_or("job.name is missing: there is no task to start a batch for")?;
         let task = task_name(job_name)?;
-        let start = self
-            .nominal_start
-            .ok_or("run.facets.nominalTime.nominalStartTime is missing: there is no data date")?;
-        let tz: Tz = policy.timezone.parse().map_err(|_| {
-            format!(
-                "the dataset's timezone {:?} is not an IANA time zone",
-                policy.timezone
-            )
-        })?;
+        let start =
+            self.nominal_start.ok_or("run.facets.nominalTime.nominalStartTime is missing: there is no data date")?;
+        let tz: Tz = policy
+            .timezone
+            .parse()
+            .map_err(|_| format!("the dataset's timezone {:?} is not an IANA time zone", policy.timezone))?;
         let dt = start.date_in(tz);
         let partitions = match &output.partitions {
             Some(p) => p.clone(),
@@ -303,14 +277,8 @@ impl RunEvent {
             ),
         };
         let (stage, category) = (FailStage::Write, FailCategory::Unknown);
-        let fingerprint =
-            json!({"stage": stage, "category": category, "message": message}).to_string();
-        FailPlan {
-            stage,
-            category,
-            message,
-            fingerprint,
-        }
+        let fingerprint = json!({"stage": stage, "category": category, "message": message}).to_string();
+        FailPlan { stage, category, message, fingerprint }
     }
 }
 
@@ -324,16 +292,9 @@ pub fn idempotency_key(run_id: &str, dataset: &DatasetName) -> String {
 pub fn task_name(job_name: &str) -> Result<TaskName, String> {
     let sanitised: String = job_name
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' })
         .collect();
-    TaskName::parse(&sanitised)
-        .map_err(|e| format!("job.name {job_name:?} gives no task name: {e}"))
+    TaskName::parse(&sanitised).map_err(|e| format!("job.name {job_name:?} gives no task name: {e}"))
 }
 
 /// A batch to start for one output of a `START` event.
@@ -386,18 +347,12 @@ impl Output {
         let quality = facets
             .data_quality_metrics
             .or(output_facets.data_quality_metrics)
-            .map(|q| Quality {
-                row_count: q.row_count.map(count),
-                columns: q.column_metrics.unwrap_or_default(),
-            });
+            .map(|q| Quality { row_count: q.row_count.map(count), columns: q.column_metrics.unwrap_or_default() });
         Ok(Self {
             dataset,
             namespace: o.namespace,
             name,
-            rows_written: output_facets
-                .output_statistics
-                .and_then(|s| s.row_count)
-                .map(count),
+            rows_written: output_facets.output_statistics.and_then(|s| s.row_count).map(count),
             quality,
             partitions,
         })
@@ -426,10 +381,8 @@ impl Output {
         };
         let quality = self.quality.as_ref();
         let measured = quality.and_then(|q| q.row_count);
-        let (Some(rows_written), Some(row_count)) = (
-            self.rows_written.or(measured),
-            measured.or(self.rows_written),
-        ) else {
+        let (Some(rows_written), Some(row_count)) = (self.rows_written.or(measured), measured.or(self.rows_written))
+        else {
             return Err(
                 "neither outputStatistics nor dataQualityMetrics gives a rowCount: there is no evidence to check"
                     .into(),
@@ -438,12 +391,7 @@ impl Output {
         let mut warnings = Vec::new();
         let (distinct_keys, null_keys) = key_counts(&policy.unique_key, quality, &mut warnings);
         let metrics: BTreeMap<String, f64> = quality
-            .map(|q| {
-                q.columns
-                    .iter()
-                    .filter_map(|(column, m)| Some((column.clone(), m.sum?)))
-                    .collect()
-            })
+            .map(|q| q.columns.iter().filter_map(|(column, m)| Some((column.clone(), m.sum?))).collect())
             .unwrap_or_default();
         let marker = format!("openlineage:{run_id}");
         let fingerprint = json!({
@@ -482,9 +430,7 @@ fn dataset_name(name: &str, symlinks: Option<wire::Symlinks>) -> Result<DatasetN
         .into_iter()
         .filter(|s| s.kind.as_deref() == Some("TABLE"))
         .find_map(|s| DatasetName::parse(s.name.as_deref()?).ok())
-        .ok_or_else(|| {
-            format!("name {name:?} is not a dataset name ({err}) and no TABLE symlink gives one")
-        })
+        .ok_or_else(|| format!("name {name:?} is not a dataset name ({err}) and no TABLE symlink gives one"))
 }
 
 /// The partitions a subset facet names: `Ok(None)` when its condition is of
@@ -494,10 +440,7 @@ fn subset_partitions(
     subset: wire::Subset,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Vec<PartitionSpec>>, String> {
-    let condition = subset
-        .output_condition
-        .or(subset.condition)
-        .ok_or("its subset facet has no outputCondition")?;
+    let condition = subset.output_condition.or(subset.condition).ok_or("its subset facet has no outputCondition")?;
     if condition.kind.as_deref() != Some("partition") {
         warnings.push(format!(
             "{dataset}: a subset condition of type {:?} names no partitions; the batch covers dt=<dt>",
@@ -525,8 +468,7 @@ fn subset_partitions(
 fn partition_spec(p: wire::SubsetPartition) -> Result<PartitionSpec, String> {
     let dimensions = p.dimensions.map(|d| d.0).unwrap_or_default();
     let raw = if dimensions.is_empty() {
-        p.identifier
-            .ok_or("it has neither dimensions nor an identifier")?
+        p.identifier.ok_or("it has neither dimensions nor an identifier")?
     } else {
         let mut pairs = Vec::with_capacity(dimensions.len());
         for (key, value) in dimensions {
@@ -534,11 +476,7 @@ fn partition_spec(p: wire::SubsetPartition) -> Result<PartitionSpec, String> {
                 Value::String(s) => s,
                 Value::Number(n) => n.to_string(),
                 Value::Bool(b) => b.to_string(),
-                other => {
-                    return Err(format!(
-                        "dimension {key:?} has the value {other}, not a scalar"
-                    ))
-                }
+                other => return Err(format!("dimension {key:?} has the value {other}, not a scalar")),
             };
             pairs.push(format!("{key}={value}"));
         }
@@ -548,18 +486,12 @@ fn partition_spec(p: wire::SubsetPartition) -> Result<PartitionSpec, String> {
 }
 
 /// `(distinct_keys, null_keys)` from the unique key's column metrics.
-fn key_counts(
-    key: &[String],
-    quality: Option<&Quality>,
-    warnings: &mut Vec<String>,
-) -> (Option<i64>, Option<i64>) {
+fn key_counts(key: &[String], quality: Option<&Quality>, warnings: &mut Vec<String>) -> (Option<i64>, Option<i64>) {
     if key.is_empty() {
         return (None, None);
     }
-    let columns: Option<Vec<&wire::ColumnMetrics>> = key
-        .iter()
-        .map(|k| quality.and_then(|q| q.columns.get(k)))
-        .collect();
+    let columns: Option<Vec<&wire::ColumnMetrics>> =
+        key.iter().map(|k| quality.and_then(|q| q.columns.get(k))).collect();
     let Some(columns) = columns else {
         warnings.push(format!(
             "dataQualityMetrics has no columnMetrics for the unique key {key:?}: unique_keys and null_keys are not checked"

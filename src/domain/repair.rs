@@ -42,9 +42,7 @@ pub fn boundary(attempts: &[Attempt], downstream_stale: bool) -> Boundary {
         BatchState::Published | BatchState::Superseded if latest.failed_after_publish => {
             Boundary::CommittedUnacknowledged
         }
-        BatchState::Published | BatchState::Superseded if downstream_stale => {
-            Boundary::PublishedDownstreamPending
-        }
+        BatchState::Published | BatchState::Superseded if downstream_stale => Boundary::PublishedDownstreamPending,
         BatchState::Published | BatchState::Superseded => Boundary::PublishedClean,
         BatchState::Running | BatchState::Rejected | BatchState::Abandoned | BatchState::Failed => {
             Boundary::PartiallyWritten
@@ -63,9 +61,7 @@ pub fn recommend(b: Boundary, mode: WriteMode) -> RepairAction {
             WriteMode::OverwritePartition | WriteMode::Merge => RepairAction::Rebuild,
         },
         // The data is in; carry on from after the commit.
-        Boundary::CommittedUnacknowledged | Boundary::PublishedDownstreamPending => {
-            RepairAction::Resume
-        }
+        Boundary::CommittedUnacknowledged | Boundary::PublishedDownstreamPending => RepairAction::Resume,
         Boundary::PublishedClean => RepairAction::NothingToDo,
     }
 }
@@ -75,70 +71,29 @@ mod tests {
     use super::*;
 
     fn a(state: BatchState, stage: Option<FailStage>) -> Attempt {
-        Attempt {
-            state,
-            stage,
-            failed_after_publish: false,
-        }
+        Attempt { state, stage, failed_after_publish: false }
     }
 
     #[test]
     fn the_four_boundaries() {
         assert_eq!(boundary(&[], false), Boundary::NeverWritten);
-        assert_eq!(
-            boundary(&[a(BatchState::Failed, Some(FailStage::Read))], false),
-            Boundary::NeverWritten
-        );
-        assert_eq!(
-            boundary(&[a(BatchState::Rejected, None)], false),
-            Boundary::PartiallyWritten
-        );
-        assert_eq!(
-            boundary(&[a(BatchState::Failed, Some(FailStage::Write))], false),
-            Boundary::PartiallyWritten
-        );
-        let unacked = Attempt {
-            state: BatchState::Published,
-            stage: None,
-            failed_after_publish: true,
-        };
-        assert_eq!(
-            boundary(&[unacked], false),
-            Boundary::CommittedUnacknowledged
-        );
-        assert_eq!(
-            boundary(&[a(BatchState::Published, None)], true),
-            Boundary::PublishedDownstreamPending
-        );
-        assert_eq!(
-            boundary(&[a(BatchState::Published, None)], false),
-            Boundary::PublishedClean
-        );
+        assert_eq!(boundary(&[a(BatchState::Failed, Some(FailStage::Read))], false), Boundary::NeverWritten);
+        assert_eq!(boundary(&[a(BatchState::Rejected, None)], false), Boundary::PartiallyWritten);
+        assert_eq!(boundary(&[a(BatchState::Failed, Some(FailStage::Write))], false), Boundary::PartiallyWritten);
+        let unacked = Attempt { state: BatchState::Published, stage: None, failed_after_publish: true };
+        assert_eq!(boundary(&[unacked], false), Boundary::CommittedUnacknowledged);
+        assert_eq!(boundary(&[a(BatchState::Published, None)], true), Boundary::PublishedDownstreamPending);
+        assert_eq!(boundary(&[a(BatchState::Published, None)], false), Boundary::PublishedClean);
         // A later read failure does not move the boundary.
-        let history = [
-            a(BatchState::Failed, Some(FailStage::Compute)),
-            a(BatchState::Published, None),
-        ];
+        let history = [a(BatchState::Failed, Some(FailStage::Compute)), a(BatchState::Published, None)];
         assert_eq!(boundary(&history, false), Boundary::PublishedClean);
     }
 
     #[test]
     fn recommendations_follow_the_write_mode() {
-        assert_eq!(
-            recommend(Boundary::PartiallyWritten, WriteMode::Append),
-            RepairAction::Compensate
-        );
-        assert_eq!(
-            recommend(Boundary::PartiallyWritten, WriteMode::OverwritePartition),
-            RepairAction::Rebuild
-        );
-        assert_eq!(
-            recommend(Boundary::CommittedUnacknowledged, WriteMode::Merge),
-            RepairAction::Resume
-        );
-        assert_eq!(
-            recommend(Boundary::PublishedClean, WriteMode::Append),
-            RepairAction::NothingToDo
-        );
+        assert_eq!(recommend(Boundary::PartiallyWritten, WriteMode::Append), RepairAction::Compensate);
+        assert_eq!(recommend(Boundary::PartiallyWritten, WriteMode::OverwritePartition), RepairAction::Rebuild);
+        assert_eq!(recommend(Boundary::CommittedUnacknowledged, WriteMode::Merge), RepairAction::Resume);
+        assert_eq!(recommend(Boundary::PublishedClean, WriteMode::Append), RepairAction::NothingToDo);
     }
 }

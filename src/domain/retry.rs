@@ -25,14 +25,8 @@ pub struct Refusal {
 
 /// The statement that removes the rows residue batches wrote.
 pub fn delete_statement(dataset: &str, batch_ids: &[String]) -> String {
-    let ids: Vec<String> = batch_ids
-        .iter()
-        .map(|b| format!("'{}'", b.replace('\'', "''")))
-        .collect();
-    format!(
-        "DELETE FROM {dataset} WHERE batch_id IN ({})",
-        ids.join(", ")
-    )
+    let ids: Vec<String> = batch_ids.iter().map(|b| format!("'{}'", b.replace('\'', "''"))).collect();
+    format!("DELETE FROM {dataset} WHERE batch_id IN ({})", ids.join(", "))
 }
 
 /// Decides whether a start may go ahead over `residue` (earlier batches that
@@ -105,65 +99,32 @@ mod tests {
 
     #[test]
     fn overwrite_is_always_safe() {
-        let a = advise(
-            WriteMode::OverwritePartition,
-            "d",
-            false,
-            &ids(&["b-1"]),
-            &[],
-        )
-        .unwrap();
+        let a = advise(WriteMode::OverwritePartition, "d", false, &ids(&["b-1"]), &[]).unwrap();
         assert!(a.safe);
         assert_eq!(a.cleanup, json!({}));
     }
 
     #[test]
     fn delete_insert_lists_the_cleanup_statement() {
-        let a = advise(
-            WriteMode::DeleteInsertByBatch,
-            "dws.x",
-            false,
-            &ids(&["t-20260824-002", "t-20260824-003"]),
-            &[],
-        )
-        .unwrap();
+        let a =
+            advise(WriteMode::DeleteInsertByBatch, "dws.x", false, &ids(&["t-20260824-002", "t-20260824-003"]), &[])
+                .unwrap();
         assert!(a.safe);
-        assert_eq!(
-            a.cleanup["statement"],
-            "DELETE FROM dws.x WHERE batch_id IN ('t-20260824-002', 't-20260824-003')"
-        );
+        assert_eq!(a.cleanup["statement"], "DELETE FROM dws.x WHERE batch_id IN ('t-20260824-002', 't-20260824-003')");
     }
 
     #[test]
     fn merge_needs_a_unique_key() {
-        assert!(
-            advise(WriteMode::Merge, "d", true, &ids(&["b"]), &[])
-                .unwrap()
-                .safe
-        );
+        assert!(advise(WriteMode::Merge, "d", true, &ids(&["b"]), &[]).unwrap().safe);
         assert!(!advise(WriteMode::Merge, "d", false, &[], &[]).unwrap().safe);
-        assert_eq!(
-            advise(WriteMode::Merge, "d", false, &ids(&["b"]), &[])
-                .unwrap_err()
-                .code,
-            "unsafe_retry"
-        );
+        assert_eq!(advise(WriteMode::Merge, "d", false, &ids(&["b"]), &[]).unwrap_err().code, "unsafe_retry");
     }
 
     #[test]
     fn append_requires_every_residue_batch_to_be_acknowledged() {
         let residue = ids(&["b1", "b2"]);
-        assert_eq!(
-            advise(WriteMode::Append, "d", true, &residue, &ids(&["b1"]))
-                .unwrap_err()
-                .code,
-            "cleanup_required"
-        );
-        assert!(
-            advise(WriteMode::Append, "d", true, &residue, &residue)
-                .unwrap()
-                .safe
-        );
+        assert_eq!(advise(WriteMode::Append, "d", true, &residue, &ids(&["b1"])).unwrap_err().code, "cleanup_required");
+        assert!(advise(WriteMode::Append, "d", true, &residue, &residue).unwrap().safe);
         assert!(advise(WriteMode::Append, "d", true, &[], &[]).unwrap().safe);
     }
 }

@@ -20,21 +20,16 @@ async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Js
     let state = p.one("state")?;
     if let Some(s) = &state {
         if s != "open" && s != "resolved" {
-            return Err(Error::invalid(
-                "state",
-                format!("state must be open or resolved, got {s:?}"),
-            ));
+            return Err(Error::invalid("state", format!("state must be open or resolved, got {s:?}")));
         }
     }
     let severity = p.one("severity")?;
     if let Some(s) = &severity {
-        s.parse::<Severity>()
-            .map_err(|e| Error::invalid("severity", e))?;
+        s.parse::<Severity>().map_err(|e| Error::invalid("severity", e))?;
     }
     let kind = p.one("kind")?;
     if let Some(k) = &kind {
-        k.parse::<AlertKind>()
-            .map_err(|e| Error::invalid("kind", e))?;
+        k.parse::<AlertKind>().map_err(|e| Error::invalid("kind", e))?;
     }
     let q = AlertQuery {
         state,
@@ -42,14 +37,9 @@ async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Js
         severity,
         kind,
         limit: p.limit(100, 500)?,
-        after_id: p
-            .one("cursor")?
-            .map(|c| decode_cursor::<(i64,)>(&c).map(|(id,)| id))
-            .transpose()?,
+        after_id: p.one("cursor")?.map(|c| decode_cursor::<(i64,)>(&c).map(|(id,)| id)).transpose()?,
     };
     p.finish()?;
     let page = app.store.list_alerts(&q).await?;
-    Ok(Json(
-        json!({"items": page.items, "next_cursor": page.next.as_ref().map(encode_cursor)}),
-    ))
+    Ok(Json(json!({"items": page.items, "next_cursor": page.next.as_ref().map(encode_cursor)})))
 }

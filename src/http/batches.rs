@@ -64,21 +64,12 @@ struct InputRef {
 fn input_refs(raw: Vec<InputRef>) -> Result<Vec<(String, String)>> {
     let mut out = Vec::with_capacity(raw.len());
     for (i, r) in raw.into_iter().enumerate() {
-        DatasetName::parse(&r.dataset)
-            .map_err(|e| Error::invalid(format!("inputs[{i}].dataset"), e.to_string()))?;
-        PartitionSpec::parse(&r.partition).map_err(|e| {
-            Error::invalid_code(
-                "invalid_partition",
-                format!("inputs[{i}].partition"),
-                e.to_string(),
-            )
-        })?;
+        DatasetName::parse(&r.dataset).map_err(|e| Error::invalid(format!("inputs[{i}].dataset"), e.to_string()))?;
+        PartitionSpec::parse(&r.partition)
+            .map_err(|e| Error::invalid_code("invalid_partition", format!("inputs[{i}].partition"), e.to_string()))?;
         let pair = (r.dataset, r.partition);
         if out.contains(&pair) {
-            return Err(Error::invalid(
-                format!("inputs[{i}]"),
-                "this input is listed twice",
-            ));
+            return Err(Error::invalid(format!("inputs[{i}]"), "this input is listed twice"));
         }
         out.push(pair);
     }
@@ -90,25 +81,15 @@ fn check_scope(scope: &Value) -> Result<()> {
         return Err(Error::invalid("scope", "scope must be an object"));
     };
     if let Some(tz) = obj.get("timezone") {
-        let ok = tz
-            .as_str()
-            .is_some_and(|s| s.parse::<chrono_tz::Tz>().is_ok());
+        let ok = tz.as_str().is_some_and(|s| s.parse::<chrono_tz::Tz>().is_ok());
         if !ok {
-            return Err(Error::invalid(
-                "scope.timezone",
-                format!("scope.timezone {tz} is not an IANA time zone"),
-            ));
+            return Err(Error::invalid("scope.timezone", format!("scope.timezone {tz} is not an IANA time zone")));
         }
     }
     for key in ["business_start", "business_end"] {
         if let Some(v) = obj.get(key) {
-            if v.as_str()
-                .is_none_or(|s| DateTime::parse_from_rfc3339(s).is_err())
-            {
-                return Err(Error::invalid(
-                    format!("scope.{key}"),
-                    format!("scope.{key} {v} is not an RFC 3339 time"),
-                ));
+            if v.as_str().is_none_or(|s| DateTime::parse_from_rfc3339(s).is_err()) {
+                return Err(Error::invalid(format!("scope.{key}"), format!("scope.{key} {v} is not an RFC 3339 time")));
             }
         }
     }
@@ -138,27 +119,16 @@ fn partition_specs(raw: &[String]) -> Result<Declared> {
             Err(_) if p.contains('*') && PartitionSpec::parse(&p.replace('*', "x")).is_ok() => {
                 wildcards.push((i, p.clone()))
             }
-            Err(e) => {
-                return Err(Error::invalid_code(
-                    "invalid_partition",
-                    field(),
-                    e.to_string(),
-                ))
-            }
+            Err(e) => return Err(Error::invalid_code("invalid_partition", field(), e.to_string())),
         }
     }
     Ok((out, wildcards))
 }
 
-async fn start(
-    State(app): State<AppState>,
-    headers: HeaderMap,
-    body: AppJson<StartBody>,
-) -> Result<Response> {
+async fn start(State(app): State<AppState>, headers: HeaderMap, body: AppJson<StartBody>) -> Result<Response> {
     let b = body.value;
     let task = TaskName::parse(&b.task).map_err(|e| Error::invalid("task", e.to_string()))?;
-    let dataset =
-        DatasetName::parse(&b.dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
+    let dataset = DatasetName::parse(&b.dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
     let dt = parse_dt(&b.dt).map_err(|e| Error::invalid("dt", e.to_string()))?;
     if b.partitions.is_empty() {
         return Err(Error::invalid(
@@ -172,16 +142,16 @@ async fn start(
     }
     let lease_seconds = b.lease_seconds.unwrap_or(DEFAULT_LEASE_SECONDS);
     if !(1..=MAX_LEASE_SECONDS).contains(&lease_seconds) {
-        return Err(Error::invalid(
-            "lease_seconds",
-            format!("lease_seconds must be from 1 to {MAX_LEASE_SECONDS}"),
-        ));
+        return Err(Error::invalid("lease_seconds", format!("lease_seconds must be from 1 to {MAX_LEASE_SECONDS}")));
     }
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => {
             let key = v.to_str().ok().filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY).ok_or_else(|| {
-                Error::invalid("Idempotency-Key", format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"))
+                Error::invalid(
+                    "Idempotency-Key",
+                    format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+                )
             })?;
             Some(key.to_owned())
         }
@@ -206,11 +176,7 @@ async fn start(
             repair_id: b.repair_id,
         })
         .await?;
-    let status = if started.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
+    let status = if started.created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(started)).into_response())
 }
 
@@ -241,16 +207,9 @@ async fn written(
     let mut parts = Vec::new();
     for (i, p) in body.value.partitions.into_iter().enumerate() {
         let spec = PartitionSpec::parse(&p.partition).map_err(|e| {
-            Error::invalid_code(
-                "invalid_partition",
-                format!("partitions[{i}].partition"),
-                e.to_string(),
-            )
+            Error::invalid_code("invalid_partition", format!("partitions[{i}].partition"), e.to_string())
         })?;
-        parts.push((
-            spec,
-            count(format!("partitions[{i}].rows_written"), p.rows_written)?,
-        ));
+        parts.push((spec, count(format!("partitions[{i}].rows_written"), p.rows_written)?));
     }
     Ok(Json(app.store.record_written(&batch_id, parts).await?).into_response())
 }
@@ -293,17 +252,13 @@ fn evidence(b: CommitBody) -> Result<CommitEvidence> {
     let mut partitions = Vec::with_capacity(b.partitions.len());
     for (i, p) in b.partitions.into_iter().enumerate() {
         let at = |f: &str| format!("partitions[{i}].{f}");
-        let partition = PartitionSpec::parse(&p.partition).map_err(|e| {
-            Error::invalid_code("invalid_partition", at("partition"), e.to_string())
-        })?;
+        let partition = PartitionSpec::parse(&p.partition)
+            .map_err(|e| Error::invalid_code("invalid_partition", at("partition"), e.to_string()))?;
         partitions.push(PartitionEvidence {
             partition,
             rows_written: count(at("rows_written"), p.rows_written)?,
             row_count: count(at("row_count"), p.row_count)?,
-            distinct_keys: p
-                .distinct_keys
-                .map(|v| count(at("distinct_keys"), v))
-                .transpose()?,
+            distinct_keys: p.distinct_keys.map(|v| count(at("distinct_keys"), v)).transpose()?,
             null_keys: p.null_keys.map(|v| count(at("null_keys"), v)).transpose()?,
             metrics: p.metrics,
         });
@@ -312,27 +267,16 @@ fn evidence(b: CommitBody) -> Result<CommitEvidence> {
         .source
         .map(|s| -> Result<SourceEvidence> {
             Ok(SourceEvidence {
-                row_count: s
-                    .row_count
-                    .map(|v| count("source.row_count".into(), v))
-                    .transpose()?,
+                row_count: s.row_count.map(|v| count("source.row_count".into(), v)).transpose()?,
                 metrics: s.metrics,
             })
         })
         .transpose()?;
-    Ok(CommitEvidence {
-        marker: b.marker,
-        partitions,
-        source,
-    })
+    Ok(CommitEvidence { marker: b.marker, partitions, source })
 }
 
 fn decision(d: Decision) -> Response {
-    (
-        StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK),
-        Json(d.body),
-    )
-        .into_response()
+    (StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK), Json(d.body)).into_response()
 }
 
 async fn commit(
@@ -341,11 +285,7 @@ async fn commit(
     body: AppJson<CommitBody>,
 ) -> Result<Response> {
     let ev = evidence(body.value)?;
-    Ok(decision(
-        app.store
-            .commit_batch(&batch_id, ev, body.canonical)
-            .await?,
-    ))
+    Ok(decision(app.store.commit_batch(&batch_id, ev, body.canonical).await?))
 }
 
 #[derive(Deserialize)]
@@ -356,31 +296,17 @@ struct FailBody {
     message: Option<String>,
 }
 
-async fn fail(
-    State(app): State<AppState>,
-    Path(batch_id): Path<String>,
-    body: AppJson<FailBody>,
-) -> Result<Response> {
+async fn fail(State(app): State<AppState>, Path(batch_id): Path<String>, body: AppJson<FailBody>) -> Result<Response> {
     let b = body.value;
-    let report = FailReport {
-        stage: b.stage,
-        category: b.category.unwrap_or(FailCategory::Unknown),
-        message: b.message,
-    };
-    Ok(decision(
-        app.store
-            .fail_batch(&batch_id, report, body.canonical)
-            .await?,
-    ))
+    let report =
+        FailReport { stage: b.stage, category: b.category.unwrap_or(FailCategory::Unknown), message: b.message };
+    Ok(decision(app.store.fail_batch(&batch_id, report, body.canonical).await?))
 }
 
 async fn read(State(app): State<AppState>, Path(batch_id): Path<String>) -> Result<Response> {
     match app.store.get_batch(&batch_id).await? {
         Some(rec) => Ok(Json(rec).into_response()),
-        None => Err(Error::not_found(
-            "batch_not_found",
-            format!("no batch {batch_id:?}"),
-        )),
+        None => Err(Error::not_found("batch_not_found", format!("no batch {batch_id:?}"))),
     }
 }
 
@@ -392,24 +318,13 @@ async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Js
         task: p.one("task")?,
         dataset: p.one("dataset")?,
         dt: p.date("dt")?,
-        state: p
-            .one("state")?
-            .map(|s| {
-                s.parse::<BatchState>()
-                    .map_err(|e| Error::invalid("state", e))
-            })
-            .transpose()?,
+        state: p.one("state")?.map(|s| s.parse::<BatchState>().map_err(|e| Error::invalid("state", e))).transpose()?,
         since: p.time("since")?,
         until: p.time("until")?,
         limit: p.limit(100, MAX_PAGE)?,
-        after_id: p
-            .one("cursor")?
-            .map(|c| decode_cursor::<(i64,)>(&c).map(|(id,)| id))
-            .transpose()?,
+        after_id: p.one("cursor")?.map(|c| decode_cursor::<(i64,)>(&c).map(|(id,)| id)).transpose()?,
     };
     p.finish()?;
     let page = app.store.list_batches(&q).await?;
-    Ok(Json(
-        json!({"items": page.items, "next_cursor": page.next.as_ref().map(encode_cursor)}),
-    ))
+    Ok(Json(json!({"items": page.items, "next_cursor": page.next.as_ref().map(encode_cursor)})))
 }

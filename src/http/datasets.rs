@@ -16,9 +16,7 @@ use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 use crate::error::{Error, Result};
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/datasets", get(list))
-        .route("/v1/datasets/{dataset}", get(read).put(put))
+    Router::new().route("/v1/datasets", get(list)).route("/v1/datasets/{dataset}", get(read).put(put))
 }
 
 /// A PUT replaces the whole policy: a field left out takes its default.
@@ -42,57 +40,32 @@ fn policy(b: PolicyBody) -> Result<DatasetPolicy> {
     let d = DatasetPolicy::default();
     let unique_key = b.unique_key.unwrap_or_default();
     for (i, col) in unique_key.iter().enumerate() {
-        if col.is_empty()
-            || col.len() > 200
-            || col.chars().any(|c| c.is_whitespace() || c.is_control())
-        {
-            return Err(Error::invalid(
-                format!("unique_key[{i}]"),
-                format!("{col:?} is not a column name"),
-            ));
+        if col.is_empty() || col.len() > 200 || col.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Error::invalid(format!("unique_key[{i}]"), format!("{col:?} is not a column name")));
         }
     }
     let timezone = b.timezone.unwrap_or(d.timezone);
     if timezone.parse::<chrono_tz::Tz>().is_err() {
-        return Err(Error::invalid(
-            "timezone",
-            format!("{timezone:?} is not an IANA time zone"),
-        ));
+        return Err(Error::invalid("timezone", format!("{timezone:?} is not an IANA time zone")));
     }
     let max_volume_change = b.max_volume_change.unwrap_or(d.max_volume_change);
     if !(max_volume_change.is_finite() && max_volume_change >= 0.0) {
-        return Err(Error::invalid(
-            "max_volume_change",
-            "max_volume_change must be a fraction ≥ 0, e.g. 0.3",
-        ));
+        return Err(Error::invalid("max_volume_change", "max_volume_change must be a fraction ≥ 0, e.g. 0.3"));
     }
     let baseline_periods = b.baseline_periods.unwrap_or(d.baseline_periods);
     if !(1..=366).contains(&baseline_periods) {
-        return Err(Error::invalid(
-            "baseline_periods",
-            "baseline_periods must be from 1 to 366",
-        ));
+        return Err(Error::invalid("baseline_periods", "baseline_periods must be from 1 to 366"));
     }
-    let max_partitions_per_batch = b
-        .max_partitions_per_batch
-        .unwrap_or(d.max_partitions_per_batch);
+    let max_partitions_per_batch = b.max_partitions_per_batch.unwrap_or(d.max_partitions_per_batch);
     if max_partitions_per_batch == 0 {
-        return Err(Error::invalid(
-            "max_partitions_per_batch",
-            "max_partitions_per_batch must be at least 1",
-        ));
+        return Err(Error::invalid("max_partitions_per_batch", "max_partitions_per_batch must be at least 1"));
     }
     if let Some(dl) = &b.deadline {
         dl.validate().map_err(|e| Error::invalid("deadline", e))?;
     }
     if let Some(url) = &b.webhook_url {
-        if !(url.starts_with("http://") || url.starts_with("https://"))
-            || url.parse::<axum::http::Uri>().is_err()
-        {
-            return Err(Error::invalid(
-                "webhook_url",
-                format!("{url:?} is not an http(s) URL"),
-            ));
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.parse::<axum::http::Uri>().is_err() {
+            return Err(Error::invalid("webhook_url", format!("{url:?} is not an http(s) URL")));
         }
     }
     Ok(DatasetPolicy {
@@ -114,33 +87,18 @@ fn dataset_name(raw: &str) -> Result<DatasetName> {
     DatasetName::parse(raw).map_err(|e| Error::invalid("dataset", e.to_string()))
 }
 
-async fn put(
-    State(app): State<AppState>,
-    Path(name): Path<String>,
-    body: AppJson<PolicyBody>,
-) -> Result<Response> {
+async fn put(State(app): State<AppState>, Path(name): Path<String>, body: AppJson<PolicyBody>) -> Result<Response> {
     let name = dataset_name(&name)?;
     let policy = policy(body.value)?;
     let (record, created) = app.store.put_dataset(&name, &policy).await?;
-    Ok((
-        if created {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
-        },
-        Json(record),
-    )
-        .into_response())
+    Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(record)).into_response())
 }
 
 async fn read(State(app): State<AppState>, Path(name): Path<String>) -> Result<Response> {
     let name = dataset_name(&name)?;
     match app.store.get_dataset(name.as_str()).await? {
         Some(d) => Ok(Json(d).into_response()),
-        None => Err(Error::not_found(
-            "dataset_not_found",
-            format!("no dataset {:?}", name.as_str()),
-        )),
+        None => Err(Error::not_found("dataset_not_found", format!("no dataset {:?}", name.as_str()))),
     }
 }
 

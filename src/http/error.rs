@@ -26,32 +26,21 @@ pub fn error_body(code: &str, message: &str, details: Value) -> Value {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let (message, details) = match &self {
-            Error::Invalid {
-                message, details, ..
+            Error::Invalid { message, details, .. } | Error::Conflict { message, details, .. } => {
+                (message.clone(), details.clone())
             }
-            | Error::Conflict {
-                message, details, ..
-            } => (message.clone(), details.clone()),
-            Error::NotFound { message, .. } | Error::Request { message, .. } => {
-                (message.clone(), json!({}))
+            Error::NotFound { message, .. } | Error::Request { message, .. } => (message.clone(), json!({})),
+            Error::Database(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
+                ("the database is unavailable; nothing was changed".to_owned(), json!({}))
             }
-            Error::Database(_) if status == StatusCode::SERVICE_UNAVAILABLE => (
-                "the database is unavailable; nothing was changed".to_owned(),
-                json!({}),
-            ),
-            Error::Database(_) => (
-                "the database failed; nothing was changed".to_owned(),
-                json!({}),
-            ),
+            Error::Database(_) => ("the database failed; nothing was changed".to_owned(), json!({})),
             Error::Internal(_) => ("internal error; nothing was changed".to_owned(), json!({})),
         };
         let mut resp = (status, Json(error_body(self.code(), &message, details))).into_response();
         if status.is_server_error() {
-            resp.extensions_mut()
-                .insert(LoggedError(format!("{self:?}")));
+            resp.extensions_mut().insert(LoggedError(format!("{self:?}")));
         }
         resp
     }
@@ -73,11 +62,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppJson<T> {
             if status == StatusCode::PAYLOAD_TOO_LARGE {
                 payload_too_large()
             } else {
-                Error::Request {
-                    status: 400,
-                    code: "unreadable_body",
-                    message: rejection.body_text(),
-                }
+                Error::Request { status: 400, code: "unreadable_body", message: rejection.body_text() }
             }
         })?;
         parse_json(&bytes)
@@ -85,11 +70,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppJson<T> {
 }
 
 pub fn payload_too_large() -> Error {
-    Error::Request {
-        status: 413,
-        code: "payload_too_large",
-        message: "the request body is larger than 1 MiB".into(),
-    }
+    Error::Request { status: 413, code: "payload_too_large", message: "the request body is larger than 1 MiB".into() }
 }
 
 /// Parses a request body. Exposed for the unit tests of the error mapping.
@@ -120,14 +101,7 @@ fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> Error {
     };
     let (code, field) = if inner.starts_with("unknown field") {
         // The path already ends at the unknown key.
-        (
-            "unknown_field",
-            if path.is_empty() {
-                backticked
-            } else {
-                path.clone()
-            },
-        )
+        ("unknown_field", if path.is_empty() { backticked } else { path.clone() })
     } else if inner.starts_with("missing field") {
         ("missing_field", join(&backticked))
     } else if inner.starts_with("invalid type") {
@@ -136,7 +110,9 @@ fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> Error {
         ("invalid_field", path.clone())
     };
     let message = match code {
-        "unknown_field" => format!("unknown field {field:?} (a typo would silently drop evidence, so it is refused): {inner}"),
+        "unknown_field" => {
+            format!("unknown field {field:?} (a typo would silently drop evidence, so it is refused): {inner}")
+        }
         _ => format!("{field}: {inner}"),
     };
     Error::invalid_code(code, field, message)
@@ -156,12 +132,8 @@ pub async fn json_errors(resp: Response) -> Response {
     }
     let (code, message) = match status {
         StatusCode::NOT_FOUND => ("route_not_found", "no such route"),
-        StatusCode::METHOD_NOT_ALLOWED => {
-            ("method_not_allowed", "this route does not take that method")
-        }
-        StatusCode::PAYLOAD_TOO_LARGE => {
-            ("payload_too_large", "the request body is larger than 1 MiB")
-        }
+        StatusCode::METHOD_NOT_ALLOWED => ("method_not_allowed", "this route does not take that method"),
+        StatusCode::PAYLOAD_TOO_LARGE => ("payload_too_large", "the request body is larger than 1 MiB"),
         StatusCode::REQUEST_TIMEOUT => ("request_timeout", "the request took too long"),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported_media_type", "send a JSON body"),
         s if s.is_server_error() => ("internal_error", "internal error"),
@@ -177,16 +149,8 @@ pub async fn json_errors(resp: Response) -> Response {
 /// Logs each 5xx once, inside the request's trace span.
 pub async fn log_server_errors(resp: Response) -> Response {
     if resp.status().is_server_error() {
-        let detail = resp
-            .extensions()
-            .get::<LoggedError>()
-            .map(|e| e.0.as_str())
-            .unwrap_or("no detail");
-        tracing::error!(
-            status = resp.status().as_u16(),
-            error = detail,
-            "request failed"
-        );
+        let detail = resp.extensions().get::<LoggedError>().map(|e| e.0.as_str()).unwrap_or("no detail");
+        tracing::error!(status = resp.status().as_u16(), error = detail, "request failed");
     }
     resp
 }
@@ -223,25 +187,15 @@ mod tests {
     #[test]
     fn errors_name_the_field_by_its_path() {
         assert_eq!(
-            field_and_code(
-                r#"{"marker": "m", "partitions": [{"partiton": "dt=1", "rows_written": 1}]}"#
-            ),
+            field_and_code(r#"{"marker": "m", "partitions": [{"partiton": "dt=1", "rows_written": 1}]}"#),
             ("partitions[0].partiton".into(), "unknown_field")
         );
+        assert_eq!(field_and_code(r#"{"marker": "m", "partitons": []}"#), ("partitons".into(), "unknown_field"));
         assert_eq!(
-            field_and_code(r#"{"marker": "m", "partitons": []}"#),
-            ("partitons".into(), "unknown_field")
-        );
-        assert_eq!(
-            field_and_code(
-                r#"{"marker": "m", "partitions": [{"partition": "dt=1", "rows_written": "many"}]}"#
-            ),
+            field_and_code(r#"{"marker": "m", "partitions": [{"partition": "dt=1", "rows_written": "many"}]}"#),
             ("partitions[0].rows_written".into(), "invalid_type")
         );
-        assert_eq!(
-            field_and_code(r#"{"partitions": []}"#),
-            ("marker".into(), "missing_field")
-        );
+        assert_eq!(field_and_code(r#"{"partitions": []}"#), ("marker".into(), "missing_field"));
         assert_eq!(
             field_and_code(r#"{"marker": "m", "partitions": [{"partition": "dt=1"}]}"#),
             ("partitions[0].rows_written".into(), "missing_field")
@@ -252,11 +206,7 @@ mod tests {
     fn malformed_json_is_a_400() {
         assert!(matches!(
             parse_json::<Body>(b"{not json"),
-            Err(Error::Request {
-                status: 400,
-                code: "malformed_json",
-                ..
-            })
+            Err(Error::Request { status: 400, code: "malformed_json", .. })
         ));
     }
 }

@@ -13,9 +13,7 @@ use crate::error::{Error, Result};
 use crate::store::Direction;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/lineage", get(lineage))
-        .route("/v1/changes", get(changes))
+    Router::new().route("/v1/lineage", get(lineage)).route("/v1/changes", get(changes))
 }
 
 const MAX_DEPTH: u32 = 20;
@@ -31,10 +29,7 @@ async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
         None | Some("downstream") => Direction::Downstream,
         Some("upstream") => Direction::Upstream,
         Some(other) => {
-            return Err(Error::invalid(
-                "direction",
-                format!("direction must be upstream or downstream, got {other:?}"),
-            ))
+            return Err(Error::invalid("direction", format!("direction must be upstream or downstream, got {other:?}")))
         }
     };
     let depth = match p.one("depth")? {
@@ -43,15 +38,10 @@ async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
             .parse::<u32>()
             .ok()
             .filter(|d| (1..=MAX_DEPTH).contains(d))
-            .ok_or_else(|| {
-                Error::invalid("depth", format!("depth must be from 1 to {MAX_DEPTH}"))
-            })?,
+            .ok_or_else(|| Error::invalid("depth", format!("depth must be from 1 to {MAX_DEPTH}")))?,
     };
     p.finish()?;
-    let graph = app
-        .store
-        .lineage(&dataset, &partition, direction, depth)
-        .await?;
+    let graph = app.store.lineage(&dataset, &partition, direction, depth).await?;
     Ok(Json(json!({"dataset": dataset, "partition": partition,
         "direction": if direction == Direction::Upstream { "upstream" } else { "downstream" },
         "nodes": graph.nodes, "edges": graph.edges})))
@@ -63,22 +53,13 @@ async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
 async fn changes(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>> {
     let mut p = Params::parse(raw.as_deref());
     let after_raw = p.one("after")?;
-    let after = after_raw
-        .as_deref()
-        .map(|c| decode_cursor::<(i64,)>(c).map(|(id,)| id))
-        .transpose()?
-        .unwrap_or(0);
+    let after = after_raw.as_deref().map(|c| decode_cursor::<(i64,)>(c).map(|(id,)| id)).transpose()?.unwrap_or(0);
     let dataset = p.one("dataset")?;
     let limit = p.limit(100, 1000)?;
     p.finish()?;
-    let items = app
-        .store
-        .list_changes(after, dataset.as_deref(), limit)
-        .await?;
+    let items = app.store.list_changes(after, dataset.as_deref(), limit).await?;
     let cursor_of = |id: i64| encode_cursor(&json!([id]));
-    let next = items
-        .last()
-        .map_or_else(|| cursor_of(after), |c| cursor_of(c.id));
+    let next = items.last().map_or_else(|| cursor_of(after), |c| cursor_of(c.id));
     let items: Vec<Value> = items
         .iter()
         .map(|c| {

@@ -64,20 +64,10 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::map_response(error::json_errors))
         .layer(middleware::map_response(error::log_server_errors))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
-                let path = req
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .map(MatchedPath::as_str)
-                    .unwrap_or("unmatched");
-                let id = req
-                    .headers()
-                    .get("x-request-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-");
-                tracing::info_span!("request", method = %req.method(), path, request_id = id)
-            }),
-        )
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
+            let path = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or("unmatched");
+            let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
+            tracing::info_span!("request", method = %req.method(), path, request_id = id)
+        }))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
 }

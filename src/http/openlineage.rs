@@ -57,17 +57,9 @@ impl BatchOutcome {
     fn decided(b: &BatchRecord, record: &Value) -> Self {
         let failed_checks = record["error"]["details"]["failed_checks"]
             .as_array()
-            .map(|cs| {
-                cs.iter()
-                    .filter_map(|c| c.as_str().map(str::to_owned))
-                    .collect()
-            })
+            .map(|cs| cs.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect())
             .unwrap_or_default();
-        Self {
-            state: record["state"].as_str().unwrap_or_default().to_owned(),
-            failed_checks,
-            ..Self::current(b)
-        }
+        Self { state: record["state"].as_str().unwrap_or_default().to_owned(), failed_checks, ..Self::current(b) }
     }
 }
 
@@ -87,22 +79,16 @@ async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>>
             body: event.body.clone(),
         })
         .await?;
-    let mut intake = Intake {
-        app: &app,
-        event: &event,
-        batches: Vec::new(),
-        warnings: event.warnings.clone(),
-    };
+    let mut intake = Intake { app: &app, event: &event, batches: Vec::new(), warnings: event.warnings.clone() };
     // Without a type or a run id, parsing has already said why nothing happens.
     if let (Some(kind), Some(run_id)) = (event.kind, event.run_id.as_deref()) {
         match kind {
             EventType::Start => intake.start().await?,
             EventType::Complete => intake.complete(run_id).await?,
             EventType::Fail | EventType::Abort => intake.fail(run_id).await?,
-            EventType::Running | EventType::Other => intake.warnings.push(format!(
-                "{} events change no batch; recorded only",
-                kind.as_str()
-            )),
+            EventType::Running | EventType::Other => {
+                intake.warnings.push(format!("{} events change no batch; recorded only", kind.as_str()))
+            }
         }
     }
     let answer = json!({
@@ -140,28 +126,20 @@ impl Intake<'_> {
     }
 
     async fn policy(&self, dataset: &DatasetName) -> Result<DatasetPolicy> {
-        Ok(self
-            .app
-            .store
-            .get_dataset(dataset.as_str())
-            .await?
-            .map(|d| d.policy())
-            .unwrap_or_default())
+        Ok(self.app.store.get_dataset(dataset.as_str()).await?.map(|d| d.policy()).unwrap_or_default())
     }
 
     async fn start(&mut self) -> Result<()> {
         let event = self.event;
         if event.outputs.is_empty() {
-            self.warnings
-                .push("no output dataset to start a batch for".into());
+            self.warnings.push("no output dataset to start a batch for".into());
         }
         for output in &event.outputs {
             let policy = self.policy(&output.dataset).await?;
             let plan = match event.start_plan(output, &policy) {
                 Ok(plan) => plan,
                 Err(w) => {
-                    self.warnings
-                        .push(format!("{}: no batch started: {w}", output.dataset));
+                    self.warnings.push(format!("{}: no batch started: {w}", output.dataset));
                     continue;
                 }
             };
@@ -205,11 +183,7 @@ impl Intake<'_> {
             return Ok(());
         }
         for batch in &started {
-            let Some(output) = event
-                .outputs
-                .iter()
-                .find(|o| o.dataset.as_str() == batch.dataset)
-            else {
+            let Some(output) = event.outputs.iter().find(|o| o.dataset.as_str() == batch.dataset) else {
                 if batch.state == BatchState::Running {
                     self.warnings.push(format!(
                         "{}: batch {} is not among the event's outputs and stays running",
@@ -232,10 +206,7 @@ impl Intake<'_> {
                 Ok(plan) => plan,
                 Err(w) => {
                     let hint = if batch.state == BatchState::Running {
-                        format!(
-                            " (POST /v1/batches/{}/commit can commit it with per-partition stats)",
-                            batch.batch_id
-                        )
+                        format!(" (POST /v1/batches/{}/commit can commit it with per-partition stats)", batch.batch_id)
                     } else {
                         String::new()
                     };
@@ -247,16 +218,8 @@ impl Intake<'_> {
                     continue;
                 }
             };
-            self.warnings.extend(
-                plan.warnings
-                    .iter()
-                    .map(|w| format!("{}: {w}", batch.dataset)),
-            );
-            let decision = self
-                .app
-                .store
-                .commit_batch(&batch.batch_id, plan.evidence, plan.fingerprint)
-                .await;
+            self.warnings.extend(plan.warnings.iter().map(|w| format!("{}: {w}", batch.dataset)));
+            let decision = self.app.store.commit_batch(&batch.batch_id, plan.evidence, plan.fingerprint).await;
             let what = format!("{}: batch {} not committed", batch.dataset, batch.batch_id);
             let outcome = match self.refused(decision, what)? {
                 Some(d) => BatchOutcome::decided(batch, &d.body),
@@ -266,10 +229,8 @@ impl Intake<'_> {
         }
         for output in &event.outputs {
             if !started.iter().any(|b| b.dataset == output.dataset.as_str()) {
-                self.warnings.push(format!(
-                    "{}: run {run_id} started no batch for it: nothing to commit",
-                    output.dataset
-                ));
+                self.warnings
+                    .push(format!("{}: run {run_id} started no batch for it: nothing to commit", output.dataset));
             }
         }
         Ok(())
@@ -278,21 +239,12 @@ impl Intake<'_> {
     async fn fail(&mut self, run_id: &str) -> Result<()> {
         let started = self.app.store.lineage_batches(run_id).await?;
         if started.is_empty() {
-            self.warnings
-                .push(format!("run {run_id} started no batch: nothing to fail"));
+            self.warnings.push(format!("run {run_id} started no batch: nothing to fail"));
         }
         let plan = self.event.fail_plan();
         for batch in &started {
-            let report = FailReport {
-                stage: plan.stage,
-                category: plan.category,
-                message: Some(plan.message.clone()),
-            };
-            let decision = self
-                .app
-                .store
-                .fail_batch(&batch.batch_id, report, plan.fingerprint.clone())
-                .await;
+            let report = FailReport { stage: plan.stage, category: plan.category, message: Some(plan.message.clone()) };
+            let decision = self.app.store.fail_batch(&batch.batch_id, report, plan.fingerprint.clone()).await;
             let what = format!("{}: batch {} not failed", batch.dataset, batch.batch_id);
             let outcome = match self.refused(decision, what)? {
                 Some(d) => BatchOutcome::decided(batch, &d.body),

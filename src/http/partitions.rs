@@ -17,10 +17,9 @@ use crate::error::{Error, Result};
 use crate::store::PartitionQuery;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/v1/partitions", get(list)).route(
-        "/v1/partitions/{dataset}/{partition}/invalidate",
-        post(invalidate),
-    )
+    Router::new()
+        .route("/v1/partitions", get(list))
+        .route("/v1/partitions/{dataset}/{partition}/invalidate", post(invalidate))
 }
 
 async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>> {
@@ -32,16 +31,11 @@ async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Js
         from: p.date("from")?,
         to: p.date("to")?,
         limit: p.limit(100, 500)?,
-        after: p
-            .one("cursor")?
-            .map(|c| decode_cursor::<(NaiveDate, String)>(&c))
-            .transpose()?,
+        after: p.one("cursor")?.map(|c| decode_cursor::<(NaiveDate, String)>(&c)).transpose()?,
     };
     p.finish()?;
     let page = app.store.list_partitions(&q).await?;
-    Ok(Json(
-        json!({"items": page.items, "next_cursor": page.next.as_ref().map(encode_cursor)}),
-    ))
+    Ok(Json(json!({"items": page.items, "next_cursor": page.next.as_ref().map(encode_cursor)})))
 }
 
 #[derive(Deserialize)]
@@ -63,15 +57,8 @@ async fn invalidate(
         .map_err(|e| Error::invalid_code("invalid_partition", "partition", e.to_string()))?;
     let reason = body.value.reason.trim().to_owned();
     if reason.is_empty() {
-        return Err(Error::invalid(
-            "reason",
-            "say why the partition is taken out of service",
-        ));
+        return Err(Error::invalid("reason", "say why the partition is taken out of service"));
     }
-    app.store
-        .invalidate_partition(&dataset, &partition, &reason)
-        .await?;
-    Ok(Json(
-        json!({"dataset": dataset, "partition": partition, "invalidated": true, "reason": reason}),
-    ))
+    app.store.invalidate_partition(&dataset, &partition, &reason).await?;
+    Ok(Json(json!({"dataset": dataset, "partition": partition, "invalidated": true, "reason": reason})))
 }

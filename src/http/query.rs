@@ -12,18 +12,12 @@ pub struct Params(Vec<(String, String)>);
 
 impl Params {
     pub fn parse(raw: Option<&str>) -> Self {
-        Self(
-            form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
-                .into_owned()
-                .collect(),
-        )
+        Self(form_urlencoded::parse(raw.unwrap_or_default().as_bytes()).into_owned().collect())
     }
 
     /// All values of a repeatable parameter.
     pub fn all(&mut self, name: &str) -> Vec<String> {
-        let (mine, rest) = std::mem::take(&mut self.0)
-            .into_iter()
-            .partition(|(k, _)| k == name);
+        let (mine, rest) = std::mem::take(&mut self.0).into_iter().partition(|(k, _)| k == name);
         self.0 = rest;
         mine.into_iter().map(|(_, v)| v).collect()
     }
@@ -34,23 +28,16 @@ impl Params {
         match vs.len() {
             0 => Ok(None),
             1 => Ok(Some(vs.remove(0)).filter(|v| !v.is_empty())),
-            _ => Err(Error::invalid(
-                name,
-                format!("{name} may be given only once"),
-            )),
+            _ => Err(Error::invalid(name, format!("{name} may be given only once"))),
         }
     }
 
     pub fn required(&mut self, name: &str) -> Result<String> {
-        self.one(name)?.ok_or_else(|| {
-            Error::invalid_code("missing_field", name, format!("{name} is required"))
-        })
+        self.one(name)?.ok_or_else(|| Error::invalid_code("missing_field", name, format!("{name} is required")))
     }
 
     pub fn date(&mut self, name: &str) -> Result<Option<NaiveDate>> {
-        self.one(name)?
-            .map(|v| parse_dt(&v).map_err(|e| Error::invalid(name, e.to_string())))
-            .transpose()
+        self.one(name)?.map(|v| parse_dt(&v).map_err(|e| Error::invalid(name, e.to_string()))).transpose()
     }
 
     pub fn time(&mut self, name: &str) -> Result<Option<DateTime<Utc>>> {
@@ -58,9 +45,7 @@ impl Params {
             .map(|v| {
                 DateTime::parse_from_rfc3339(&v)
                     .map(|t| t.with_timezone(&Utc))
-                    .map_err(|e| {
-                        Error::invalid(name, format!("{name}: {v:?} is not an RFC 3339 time: {e}"))
-                    })
+                    .map_err(|e| Error::invalid(name, format!("{name}: {v:?} is not an RFC 3339 time: {e}")))
             })
             .transpose()
     }
@@ -71,10 +56,7 @@ impl Params {
             None => Ok(default),
             Some(v) => match v.parse::<i64>() {
                 Ok(n) if (1..=max).contains(&n) => Ok(n),
-                _ => Err(Error::invalid(
-                    "limit",
-                    format!("limit must be a whole number from 1 to {max}, got {v:?}"),
-                )),
+                _ => Err(Error::invalid("limit", format!("limit must be a whole number from 1 to {max}, got {v:?}"))),
             },
         }
     }
@@ -83,11 +65,9 @@ impl Params {
     pub fn finish(self) -> Result<()> {
         match self.0.into_iter().next() {
             None => Ok(()),
-            Some((k, _)) => Err(Error::invalid_code(
-                "unknown_field",
-                k.clone(),
-                format!("unknown query parameter {k:?}"),
-            )),
+            Some((k, _)) => {
+                Err(Error::invalid_code("unknown_field", k.clone(), format!("unknown query parameter {k:?}")))
+            }
         }
     }
 }
@@ -111,9 +91,7 @@ mod tests {
 
     #[test]
     fn repeated_and_unknown_parameters_are_refused() {
-        let mut p = Params::parse(Some(
-            "partition=dt%3D2026-08-24&partition=dt%3D2026-08-25&dataset=a&dataset=b&x=1",
-        ));
+        let mut p = Params::parse(Some("partition=dt%3D2026-08-24&partition=dt%3D2026-08-25&dataset=a&dataset=b&x=1"));
         assert_eq!(p.all("partition"), vec!["dt=2026-08-24", "dt=2026-08-25"]);
         assert!(p.one("dataset").is_err());
         assert!(p.finish().is_err());

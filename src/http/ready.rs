@@ -31,14 +31,8 @@ pub fn router() -> Router<AppState> {
 }
 
 enum Target {
-    Partitions {
-        dataset: String,
-        partitions: Vec<String>,
-    },
-    Task {
-        task: String,
-        dt: NaiveDate,
-    },
+    Partitions { dataset: String, partitions: Vec<String> },
+    Task { task: String, dt: NaiveDate },
 }
 
 /// When a long-poll may answer before its deadline.
@@ -68,19 +62,13 @@ fn parse(raw: Option<&str>) -> Result<ReadyQuery> {
         None | Some("ready") => Until::Ready,
         Some("ready_or_rejected") => Until::ReadyOrRejected,
         Some(other) => {
-            return Err(Error::invalid(
-                "until",
-                format!("until must be ready or ready_or_rejected, got {other:?}"),
-            ))
+            return Err(Error::invalid("until", format!("until must be ready or ready_or_rejected, got {other:?}")))
         }
     };
     p.finish()?;
     let target = match (dataset, task) {
         (Some(_), Some(_)) => {
-            return Err(Error::invalid(
-                "task",
-                "ask either by dataset and partition, or by task and dt, not both",
-            ))
+            return Err(Error::invalid("task", "ask either by dataset and partition, or by task and dt, not both"))
         }
         (Some(dataset), None) => {
             DatasetName::parse(&dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
@@ -92,38 +80,21 @@ fn parse(raw: Option<&str>) -> Result<ReadyQuery> {
                 ));
             }
             for (i, part) in partitions.iter().enumerate() {
-                PartitionSpec::parse(part).map_err(|e| {
-                    Error::invalid_code(
-                        "invalid_partition",
-                        format!("partition[{i}]"),
-                        e.to_string(),
-                    )
-                })?;
+                PartitionSpec::parse(part)
+                    .map_err(|e| Error::invalid_code("invalid_partition", format!("partition[{i}]"), e.to_string()))?;
             }
-            Target::Partitions {
-                dataset,
-                partitions,
-            }
+            Target::Partitions { dataset, partitions }
         }
         (None, Some(task)) => {
             TaskName::parse(&task).map_err(|e| Error::invalid("task", e.to_string()))?;
-            let dt = dt.ok_or_else(|| {
-                Error::invalid_code("missing_field", "dt", "dt is required with task")
-            })?;
+            let dt = dt.ok_or_else(|| Error::invalid_code("missing_field", "dt", "dt is required with task"))?;
             if !partitions.is_empty() {
-                return Err(Error::invalid(
-                    "partition",
-                    "partition goes with dataset, not with task",
-                ));
+                return Err(Error::invalid("partition", "partition goes with dataset, not with task"));
             }
             Target::Task { task, dt }
         }
         (None, None) => {
-            return Err(Error::invalid_code(
-                "missing_field",
-                "dataset",
-                "give dataset and partition, or task and dt",
-            ))
+            return Err(Error::invalid_code("missing_field", "dataset", "give dataset and partition, or task and dt"))
         }
     };
     let wait = wait
@@ -135,19 +106,11 @@ fn parse(raw: Option<&str>) -> Result<ReadyQuery> {
             )),
         })
         .transpose()?;
-    Ok(ReadyQuery {
-        target,
-        wait,
-        until,
-    })
+    Ok(ReadyQuery { target, wait, until })
 }
 
 /// The standing of each partition, from the cache where it can.
-async fn statuses(
-    app: &AppState,
-    dataset: &str,
-    partitions: &[String],
-) -> Result<Vec<Option<PartitionRecord>>> {
+async fn statuses(app: &AppState, dataset: &str, partitions: &[String]) -> Result<Vec<Option<PartitionRecord>>> {
     let mut out = Vec::with_capacity(partitions.len());
     let mut missing = Vec::new();
     for (i, p) in partitions.iter().enumerate() {
@@ -166,8 +129,7 @@ async fn statuses(
     let names: Vec<String> = missing.iter().map(|&i| partitions[i].clone()).collect();
     let fetched = app.store.partition_status(dataset, &names).await?;
     for (&i, rec) in missing.iter().zip(fetched) {
-        app.hub
-            .fill_partition(seen, dataset, &partitions[i], rec.clone());
+        app.hub.fill_partition(seen, dataset, &partitions[i], rec.clone());
         out[i] = rec;
     }
     Ok(out)
@@ -228,10 +190,7 @@ fn not_ready(reason: &str, extra: Value) -> Answer {
 }
 
 fn judge(dataset: &str, partitions: &[String], found: Vec<Option<PartitionRecord>>) -> Answer {
-    let blocker = partitions
-        .iter()
-        .zip(&found)
-        .find(|(_, f)| f.as_ref().is_none_or(|r| why_not(r).is_some()));
+    let blocker = partitions.iter().zip(&found).find(|(_, f)| f.as_ref().is_none_or(|r| why_not(r).is_some()));
     if let Some((name, rec)) = blocker {
         let each: Vec<Value> = partitions
             .iter()
@@ -258,22 +217,14 @@ fn judge(dataset: &str, partitions: &[String], found: Vec<Option<PartitionRecord
         return not_ready(why_not(r).unwrap_or("ready"), extra);
     }
     let items: Vec<Value> = found.iter().flatten().map(ready_entry).collect();
-    Answer {
-        ready: true,
-        body: json!({"ready": true, "dataset": dataset, "partitions": items}),
-    }
+    Answer { ready: true, body: json!({"ready": true, "dataset": dataset, "partitions": items}) }
 }
 
 async fn evaluate(app: &AppState, target: &Target) -> Result<Answer> {
     match target {
-        Target::Partitions {
-            dataset,
-            partitions,
-        } => Ok(judge(
-            dataset,
-            partitions,
-            statuses(app, dataset, partitions).await?,
-        )),
+        Target::Partitions { dataset, partitions } => {
+            Ok(judge(dataset, partitions, statuses(app, dataset, partitions).await?))
+        }
         Target::Task { task, dt } => {
             let Some(latest) = task_latest(app, task, *dt).await? else {
                 return Ok(not_ready("no_batch", json!({"task": task, "dt": dt})));
@@ -296,10 +247,7 @@ async fn evaluate_or_unavailable(app: &AppState, target: &Target) -> Answer {
         Ok(a) => a,
         Err(e) => {
             tracing::error!(error = ?e, "readiness lookup failed");
-            not_ready(
-                "unavailable",
-                json!({"message": "the registry cannot be read right now; try again"}),
-            )
+            not_ready("unavailable", json!({"message": "the registry cannot be read right now; try again"}))
         }
     }
 }
@@ -307,13 +255,9 @@ async fn evaluate_or_unavailable(app: &AppState, target: &Target) -> Answer {
 fn relevant(target: &Target, signal: &Signal) -> bool {
     match (target, signal) {
         (_, Signal::Resync) => true,
-        (
-            Target::Partitions {
-                dataset,
-                partitions,
-            },
-            Signal::Changed(c),
-        ) => partitions.iter().any(|p| c.touches(dataset, p)),
+        (Target::Partitions { dataset, partitions }, Signal::Changed(c)) => {
+            partitions.iter().any(|p| c.touches(dataset, p))
+        }
         // The latest batch of a task may move to any dataset: look again.
         (Target::Task { .. }, Signal::Changed(_)) => true,
     }
@@ -328,11 +272,7 @@ async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response
         None => evaluate_or_unavailable(&app, &q.target).await,
         Some(wait) => long_poll(&app, &q.target, q.until, Instant::now() + wait).await,
     };
-    let status = if answer.ready {
-        StatusCode::OK
-    } else {
-        StatusCode::NOT_FOUND
-    };
+    let status = if answer.ready { StatusCode::OK } else { StatusCode::NOT_FOUND };
     (status, Json(answer.body)).into_response()
 }
 
@@ -344,8 +284,7 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
     let mut rx = app.hub.subscribe();
     loop {
         let answer = evaluate_or_unavailable(app, target).await;
-        if answer.ready || (until == Until::ReadyOrRejected && answer.body["reason"] == "rejected")
-        {
+        if answer.ready || (until == Until::ReadyOrRejected && answer.body["reason"] == "rejected") {
             return answer;
         }
         loop {

@@ -17,9 +17,7 @@ use crate::error::{Error, Result};
 use crate::store::NewRepair;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/repairs", post(create))
-        .route("/v1/repairs/{id}", get(read))
+    Router::new().route("/v1/repairs", post(create)).route("/v1/repairs/{id}", get(read))
 }
 
 #[derive(Deserialize)]
@@ -33,23 +31,14 @@ struct RepairBody {
 
 async fn create(State(app): State<AppState>, body: AppJson<RepairBody>) -> Result<Response> {
     let b = body.value;
-    let dataset =
-        DatasetName::parse(&b.dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
+    let dataset = DatasetName::parse(&b.dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
     if b.partitions.is_empty() {
-        return Err(Error::invalid(
-            "partitions",
-            "name the partitions to repair",
-        ));
+        return Err(Error::invalid("partitions", "name the partitions to repair"));
     }
     let mut partitions = Vec::new();
     for (i, p) in b.partitions.iter().enumerate() {
-        let spec = PartitionSpec::parse(p).map_err(|e| {
-            Error::invalid_code(
-                "invalid_partition",
-                format!("partitions[{i}]"),
-                e.to_string(),
-            )
-        })?;
+        let spec = PartitionSpec::parse(p)
+            .map_err(|e| Error::invalid_code("invalid_partition", format!("partitions[{i}]"), e.to_string()))?;
         if !partitions.contains(&spec) {
             partitions.push(spec);
         }
@@ -59,10 +48,7 @@ async fn create(State(app): State<AppState>, body: AppJson<RepairBody>) -> Resul
         _ => {
             return Err(Error::invalid(
                 "action",
-                format!(
-                    "action must be rebuild, resume or compensate, got {:?}",
-                    b.action
-                ),
+                format!("action must be rebuild, resume or compensate, got {:?}", b.action),
             ))
         }
     };
@@ -70,15 +56,7 @@ async fn create(State(app): State<AppState>, body: AppJson<RepairBody>) -> Resul
     if reason.is_empty() {
         return Err(Error::invalid("reason", "say why the repair is needed"));
     }
-    let plan = app
-        .store
-        .create_repair(NewRepair {
-            dataset,
-            partitions,
-            action,
-            reason,
-        })
-        .await?;
+    let plan = app.store.create_repair(NewRepair { dataset, partitions, action, reason }).await?;
     Ok((StatusCode::CREATED, Json(plan)).into_response())
 }
 

@@ -13,15 +13,12 @@ use super::AppState;
 pub const OPENAPI: &str = include_str!("../../openapi/openapi.json");
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/openapi.json", get(openapi))
+    Router::new().route("/healthz", get(healthz)).route("/openapi.json", get(openapi))
 }
 
 async fn healthz(State(app): State<AppState>) -> Response {
     match app.store.health().await {
-        Ok(()) => Json(json!({"status": "ok", "database": "ok", "backend": app.store.backend()}))
-            .into_response(),
+        Ok(()) => Json(json!({"status": "ok", "database": "ok", "backend": app.store.backend()})).into_response(),
         Err(e) => {
             tracing::error!(error = ?e, "health check failed");
             let body = json!({"status": "unavailable", "database": "unreachable", "backend": app.store.backend(),

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use sqlx::types::Json;
 
 use super::db::{args, Conn};
+use super::lineage::{walk, Direction, DOWNSTREAM_DEPTH};
 use super::records::BatchRow;
 use crate::domain::alerts::{severity, Action, Advice, AlertKind, Severity};
 use crate::domain::policy::DatasetPolicy;
@@ -64,7 +65,8 @@ impl NewAlert {
     }
 }
 
-pub(super) const ALERT_COLUMNS: &str = "id, kind, state, severity, task, dataset, dt, partitions, batch_id, stage, category, \
+pub(super) const ALERT_COLUMNS: &str =
+    "id, kind, state, severity, task, dataset, dt, partitions, batch_id, stage, category, \
      failing_checks, downstream, owner, recommended_action, retryable, message, raised_at, resolved_at";
 
 /// An alert as the API and the webhooks show it.
@@ -105,6 +107,17 @@ pub(super) async fn raise(
          VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
          ON CONFLICT (dedup_key) DO NOTHING RETURNING {ALERT_COLUMNS}"
     );
+    // Who else is affected: every partition built on these, transitively.
+    let mut downstream = Vec::new();
+    for p in &a.partitions {
+        let graph = walk(c, &a.dataset, p, Direction::Downstream, DOWNSTREAM_DEPTH).await?;
+        for n in graph.nodes.into_iter().skip(1) {
+            let entry = json!({"dataset": n.dataset, "partition": n.partition, "state": n.state});
+            if !downstream.contains(&entry) {
+                downstream.push(entry);
+            }
+        }
+    }
     let inserted: Option<AlertRecord> = c
         .opt(
             &sql,
@@ -120,7 +133,7 @@ pub(super) async fn raise(
                 a.stage,
                 a.category,
                 a.failing_checks,
-                json!([]),
+                json!(downstream),
                 a.owner,
                 a.action.as_str(),
                 a.retryable,
@@ -146,35 +159,25 @@ pub(super) async fn raise(
 }
 
 /// Resolves every open alert of a data date whose partitions are all ready.
-pub(super) async fn resolve_ready(
-    c: &mut Conn<'_>,
-    dataset: &str,
-    dt: NaiveDate,
-    now: DateTime<Utc>,
-) -> Result<()> {
+pub(super) async fn resolve_ready(c: &mut Conn<'_>, dataset: &str, dt: NaiveDate, now: DateTime<Utc>) -> Result<()> {
     let open: Vec<(i64, Json<Vec<String>>)> = c
-        .all(
-            "SELECT id, partitions FROM alerts WHERE dataset = $1 AND dt = $2 AND state = 'open'",
-            args![dataset, dt],
-        )
+        .all("SELECT id, partitions FROM alerts WHERE dataset = $1 AND dt = $2 AND state = 'open'", args![dataset, dt])
         .await?;
     for (id, parts) in open {
         let mut all_ready = true;
         for p in &parts.0 {
-            let state: Option<(String,)> = c
+            // Ready and fit: not stale, not invalidated.
+            let fit: Option<(String, bool)> = c
                 .opt(
-                    "SELECT state FROM partitions WHERE dataset = $1 AND partition_spec = $2",
+                    "SELECT state, (stale_upstream IS NULL AND invalidated_reason IS NULL) FROM partitions \
+                     WHERE dataset = $1 AND partition_spec = $2",
                     args![dataset, p],
                 )
                 .await?;
-            all_ready &= state.is_some_and(|(s,)| s == "ready");
+            all_ready &= fit.is_some_and(|(s, clean)| s == "ready" && clean);
         }
         if all_ready {
-            c.exec(
-                "UPDATE alerts SET state = 'resolved', resolved_at = $2 WHERE id = $1",
-                args![id, now],
-            )
-            .await?;
+            c.exec("UPDATE alerts SET state = 'resolved', resolved_at = $2 WHERE id = $1", args![id, now]).await?;
         }
     }
     Ok(())

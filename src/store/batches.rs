@@ -10,12 +10,10 @@ use sqlx::types::Json;
 use super::alerts::{self, NewAlert};
 use super::db::{args, Conn, Tx};
 use super::lineage;
-use super::records::{
-    parse_col, BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue, DATASET_COLUMNS,
-};
+use super::records::{parse_col, BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue, DATASET_COLUMNS};
 use super::{Decision, FailReport, Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
-use crate::domain::alerts::{self as alert_rules, AlertKind};
+use crate::domain::alerts::{self as alert_rules, Advice, AlertKind, OwnerOf};
 use crate::domain::batch::{leaves_residue, touches_table, BatchState, FailStage};
 use crate::domain::checks::{self, CheckResult, CommitEvidence, PartitionHistory};
 use crate::domain::names::{BatchId, PartitionSpec};
@@ -37,9 +35,7 @@ pub(super) async fn load_batch(c: &mut Conn<'_>, batch_id: &str) -> Result<Optio
 }
 
 pub(super) async fn load_logs(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<LogRow>> {
-    let sql = format!(
-        "SELECT {LOG_COLUMNS} FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition"
-    );
+    let sql = format!("SELECT {LOG_COLUMNS} FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition");
     Ok(c.all(&sql, args![batch_id]).await?)
 }
 
@@ -48,23 +44,13 @@ pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Opti
         return Ok(None);
     };
     let logs = load_logs(c, batch_id).await?;
-    let events: Vec<EventRow> = c
-        .all(
-            "SELECT kind, at, detail FROM batch_events WHERE batch_id = $1 ORDER BY id",
-            args![batch_id],
-        )
-        .await?;
+    let events: Vec<EventRow> =
+        c.all("SELECT kind, at, detail FROM batch_events WHERE batch_id = $1 ORDER BY id", args![batch_id]).await?;
     let inputs = lineage::inputs_of(c, batch_id).await?;
     Ok(Some(BatchRecord::assemble(b, logs, inputs, Some(events))))
 }
 
-async fn event(
-    c: &mut Conn<'_>,
-    batch_id: &str,
-    kind: &str,
-    at: DateTime<Utc>,
-    detail: Value,
-) -> Result<()> {
+async fn event(c: &mut Conn<'_>, batch_id: &str, kind: &str, at: DateTime<Utc>, detail: Value) -> Result<()> {
     c.exec(
         "INSERT INTO batch_events (batch_id, kind, at, detail) VALUES ($1, $2, $3, $4)",
         args![batch_id, kind, at, detail],
@@ -78,12 +64,7 @@ pub(super) fn not_found(batch_id: &str) -> Error {
 }
 
 /// Recomputes a partition's standing from its history in `task_produce_log`.
-async fn refresh_partition(
-    c: &mut Conn<'_>,
-    dataset: &str,
-    partition: &str,
-    now: DateTime<Utc>,
-) -> Result<()> {
+async fn refresh_partition(c: &mut Conn<'_>, dataset: &str, partition: &str, now: DateTime<Utc>) -> Result<()> {
     let history: Vec<(String, String, Option<String>)> = c
         .all(
             "SELECT l.batch_id, l.status, b.fail_stage FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
@@ -92,17 +73,11 @@ async fn refresh_partition(
         )
         .await?;
     let (version,): (i64,) = c
-        .one(
-            "SELECT version FROM partitions WHERE dataset = $1 AND partition_spec = $2",
-            args![dataset, partition],
-        )
+        .one("SELECT version FROM partitions WHERE dataset = $1 AND partition_spec = $2", args![dataset, partition])
         .await?;
-    let latest = history.iter().find(|(_, status, stage)| {
-        touches_table(
-            parse_col(status),
-            stage.as_deref().map(parse_col::<FailStage>),
-        )
-    });
+    let latest = history
+        .iter()
+        .find(|(_, status, stage)| touches_table(parse_col(status), stage.as_deref().map(parse_col::<FailStage>)));
     let state = partition_state(latest.map(|(_, s, _)| parse_col(s)), version > 0);
     let batch_id = latest.or(history.first()).map(|(b, _, _)| b.clone());
     c.exec(
@@ -114,18 +89,17 @@ async fn refresh_partition(
 }
 
 async fn partitions_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<String>> {
-    let rows: Vec<(String,)> =
-        c.all("SELECT target_partition FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition", args![batch_id]).await?;
+    let rows: Vec<(String,)> = c
+        .all(
+            "SELECT target_partition FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition",
+            args![batch_id],
+        )
+        .await?;
     Ok(rows.into_iter().map(|(p,)| p).collect())
 }
 
 /// Ends a batch: its state, its `task_produce_log` rows, its partitions' standing.
-async fn settle(
-    c: &mut Conn<'_>,
-    b: &BatchRow,
-    state: BatchState,
-    now: DateTime<Utc>,
-) -> Result<Vec<String>> {
+async fn settle(c: &mut Conn<'_>, b: &BatchRow, state: BatchState, now: DateTime<Utc>) -> Result<Vec<String>> {
     c.exec(
         "UPDATE batches SET state = $2, decided_at = $3 WHERE batch_id = $1",
         args![&b.batch_id, state.as_str(), now],
@@ -144,11 +118,7 @@ async fn settle(
 }
 
 /// Earlier batches of a partition that did not publish and may have left rows.
-async fn residue_of(
-    c: &mut Conn<'_>,
-    dataset: &str,
-    partition: &str,
-) -> Result<Vec<(String, String)>> {
+async fn residue_of(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Vec<(String, String)>> {
     let rows: Vec<(String, String, Option<String>)> = c
         .all(
             "SELECT l.batch_id, l.status, b.fail_stage FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
@@ -161,12 +131,7 @@ async fn residue_of(
         .await?;
     Ok(rows
         .into_iter()
-        .filter(|(_, status, stage)| {
-            leaves_residue(
-                parse_col(status),
-                stage.as_deref().map(parse_col::<FailStage>),
-            )
-        })
+        .filter(|(_, status, stage)| leaves_residue(parse_col(status), stage.as_deref().map(parse_col::<FailStage>)))
         .map(|(b, s, _)| (b, s))
         .collect())
 }
@@ -194,21 +159,12 @@ impl SqlStore {
                     ));
                 }
                 let started: Option<(Option<Json<Value>>,)> = c
-                    .opt(
-                        "SELECT detail FROM batch_events WHERE batch_id = $1 AND kind = 'started'",
-                        args![&b.batch_id],
-                    )
+                    .opt("SELECT detail FROM batch_events WHERE batch_id = $1 AND kind = 'started'", args![&b.batch_id])
                     .await?;
                 let detail = started.and_then(|(d,)| d).map(|d| d.0).unwrap_or_default();
-                let residue = serde_json::from_value::<Vec<Residue>>(detail["residue"].clone())
-                    .unwrap_or_default();
+                let residue = serde_json::from_value::<Vec<Residue>>(detail["residue"].clone()).unwrap_or_default();
                 let retry = serde_json::from_value::<RetryAdvice>(detail["retry"].clone())
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "started event of {} lacks its retry advice: {e}",
-                            b.batch_id
-                        )
-                    })?;
+                    .map_err(|e| anyhow::anyhow!("started event of {} lacks its retry advice: {e}", b.batch_id))?;
                 let inputs = lineage::inputs_of(&mut c, &b.batch_id).await?;
                 return Ok(Started {
                     inputs,
@@ -231,14 +187,9 @@ impl SqlStore {
         let policy = load_policy(&mut c, dataset).await?.policy();
         guard_scope(&policy, &req)?;
         if let Some(repair) = req.repair_id {
-            let found: Option<(i64,)> = c
-                .opt("SELECT id FROM repairs WHERE id = $1", args![repair])
-                .await?;
+            let found: Option<(i64,)> = c.opt("SELECT id FROM repairs WHERE id = $1", args![repair]).await?;
             if found.is_none() {
-                return Err(Error::invalid(
-                    "repair_id",
-                    format!("no repair plan {repair}"),
-                ));
+                return Err(Error::invalid("repair_id", format!("no repair plan {repair}")));
             }
         }
         let (inputs, unready) = lineage::resolve_inputs(&mut c, &req.inputs).await?;
@@ -262,7 +213,10 @@ impl SqlStore {
         let mut expired: BTreeMap<String, BatchRow> = BTreeMap::new();
         for p in &req.partitions {
             let row: Option<(String, Option<String>)> = c
-                .opt("SELECT state, batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2", args![dataset, p.as_str()])
+                .opt(
+                    "SELECT state, batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2",
+                    args![dataset, p.as_str()],
+                )
                 .await?;
             let Some((state, Some(running_id))) = row else {
                 continue;
@@ -274,11 +228,7 @@ impl SqlStore {
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("partition points at missing batch {running_id}"))?;
             if b.lease_expires_at > now {
-                blocking
-                    .entry(running_id)
-                    .or_insert_with(|| (b, Vec::new()))
-                    .1
-                    .push(p.to_string());
+                blocking.entry(running_id).or_insert_with(|| (b, Vec::new())).1.push(p.to_string());
             } else {
                 expired.insert(running_id, b);
             }
@@ -311,10 +261,7 @@ impl SqlStore {
 
         let mut changed: BTreeSet<String> = req.partitions.iter().map(|p| p.to_string()).collect();
         for old in expired.values() {
-            changed.extend(
-                self.abandon(&mut c, old, Some(&batch_id), &policy, now)
-                    .await?,
-            );
+            changed.extend(self.abandon(&mut c, old, Some(&batch_id), &policy, now).await?);
         }
 
         let mut residue: BTreeMap<String, Residue> = BTreeMap::new();
@@ -322,11 +269,7 @@ impl SqlStore {
             for (id, state) in residue_of(&mut c, dataset, p.as_str()).await? {
                 residue
                     .entry(id.clone())
-                    .or_insert_with(|| Residue {
-                        batch_id: id,
-                        state,
-                        partitions: vec![],
-                    })
+                    .or_insert_with(|| Residue { batch_id: id, state, partitions: vec![] })
                     .partitions
                     .push(p.to_string());
             }
@@ -381,14 +324,8 @@ impl SqlStore {
         )
         .await?;
 
-        self.finish(
-            tx,
-            vec![Change {
-                dataset: dataset.to_owned(),
-                partitions: Some(changed.into_iter().collect()),
-            }],
-        )
-        .await?;
+        self.finish(tx, vec![Change { dataset: dataset.to_owned(), partitions: Some(changed.into_iter().collect()) }])
+            .await?;
         Ok(Started {
             batch_id,
             seq,
@@ -403,11 +340,7 @@ impl SqlStore {
 
     /// The webhooks an alert of this dataset goes to.
     pub(super) fn webhooks(&self, policy: &DatasetPolicy) -> Vec<String> {
-        self.webhook_url
-            .iter()
-            .chain(policy.webhook_url.iter())
-            .cloned()
-            .collect()
+        self.webhook_url.iter().chain(policy.webhook_url.iter()).cloned().collect()
     }
 
     /// Marks a running batch abandoned (its lease ran out), by a newer batch
@@ -421,40 +354,19 @@ impl SqlStore {
         now: DateTime<Utc>,
     ) -> Result<Vec<String>> {
         if let Some(by) = by {
-            c.exec(
-                "UPDATE batches SET superseded_by = $2 WHERE batch_id = $1",
-                args![&b.batch_id, by],
-            )
-            .await?;
+            c.exec("UPDATE batches SET superseded_by = $2 WHERE batch_id = $1", args![&b.batch_id, by]).await?;
         }
         let parts = settle(c, b, BatchState::Abandoned, now).await?;
-        event(
-            c,
-            &b.batch_id,
-            "abandoned",
-            now,
-            json!({"lease_expired_at": b.lease_expires_at, "by": by}),
-        )
-        .await?;
+        event(c, &b.batch_id, "abandoned", now, json!({"lease_expired_at": b.lease_expires_at, "by": by})).await?;
         let advice = alert_rules::for_abandoned();
-        let written = if b.written_at.is_some() {
-            "after its write committed"
-        } else {
-            "before it reported a committed write"
-        };
+        let written =
+            if b.written_at.is_some() { "after its write committed" } else { "before it reported a committed write" };
         let message = format!(
             "batch {} stopped heartbeating; its lease expired at {} {written}",
             b.batch_id,
             b.lease_expires_at.to_rfc3339()
         );
-        let alert = NewAlert::about_batch(
-            AlertKind::Abandoned,
-            b,
-            policy,
-            parts.clone(),
-            advice,
-            message,
-        );
+        let alert = NewAlert::about_batch(AlertKind::Abandoned, b, policy, parts.clone(), advice, message);
         alerts::raise(c, alert, &self.webhooks(policy), now).await?;
         Ok(parts)
     }
@@ -462,9 +374,7 @@ impl SqlStore {
     /// Takes the write lock and loads a batch under it.
     pub(super) async fn lock_batch(&self, batch_id: &str) -> Result<(Tx, BatchRow)> {
         let mut tx = self.begin_write().await?;
-        let b = load_batch(&mut tx.conn(), batch_id)
-            .await?
-            .ok_or_else(|| not_found(batch_id))?;
+        let b = load_batch(&mut tx.conn(), batch_id).await?.ok_or_else(|| not_found(batch_id))?;
         Ok((tx, b))
     }
 
@@ -480,39 +390,20 @@ impl SqlStore {
         }
         let lease_expires_at = now + Duration::seconds(b.lease_seconds);
         let mut c = tx.conn();
-        c.exec(
-            "UPDATE batches SET lease_expires_at = $2 WHERE batch_id = $1",
-            args![batch_id, lease_expires_at],
-        )
-        .await?;
-        event(
-            &mut c,
-            batch_id,
-            "heartbeat",
-            now,
-            json!({"lease_expires_at": lease_expires_at}),
-        )
-        .await?;
+        c.exec("UPDATE batches SET lease_expires_at = $2 WHERE batch_id = $1", args![batch_id, lease_expires_at])
+            .await?;
+        event(&mut c, batch_id, "heartbeat", now, json!({"lease_expires_at": lease_expires_at})).await?;
         tx.commit().await?;
-        Ok(Lease {
-            batch_id: batch_id.to_owned(),
-            state: BatchState::Running,
-            lease_expires_at,
-        })
+        Ok(Lease { batch_id: batch_id.to_owned(), state: BatchState::Running, lease_expires_at })
     }
 
     /// What to answer when a commit or fail arrives for a batch that is no
     /// longer running: the recorded answer if it is the same request again,
     /// else a conflict naming the state.
     fn decided_answer(b: &BatchRow, kind: &str, fingerprint: &str) -> Result<Decision> {
-        if b.decision_kind.as_deref() == Some(kind)
-            && b.decision_fingerprint.as_deref() == Some(fingerprint)
-        {
+        if b.decision_kind.as_deref() == Some(kind) && b.decision_fingerprint.as_deref() == Some(fingerprint) {
             if let (Some(status), Some(body)) = (b.decision_status, &b.decision_body) {
-                return Ok(Decision {
-                    status: u16::try_from(status).unwrap_or(500),
-                    body: body.0.clone(),
-                });
+                return Ok(Decision { status: u16::try_from(status).unwrap_or(500), body: body.0.clone() });
             }
         }
         let state = b.state();
@@ -566,9 +457,7 @@ impl SqlStore {
         let declared: Vec<PartitionSpec> = partitions_of(&mut c, batch_id)
             .await?
             .iter()
-            .map(|p| {
-                PartitionSpec::parse(p).map_err(|e| anyhow::anyhow!("stored partition {p:?}: {e}"))
-            })
+            .map(|p| PartitionSpec::parse(p).map_err(|e| anyhow::anyhow!("stored partition {p:?}: {e}")))
             .collect::<Result<_, _>>()?;
         let mut history = BTreeMap::new();
         for p in &declared {
@@ -588,11 +477,7 @@ impl SqlStore {
             history.insert(
                 p.clone(),
                 PartitionHistory {
-                    published_row_count: if version > 0 {
-                        published_row_count
-                    } else {
-                        None
-                    },
+                    published_row_count: if version > 0 { published_row_count } else { None },
                     baseline: baseline.into_iter().map(|(n,)| n).collect(),
                 },
             );
@@ -607,22 +492,22 @@ impl SqlStore {
             )
             .await?;
         }
-        let source = evidence
-            .source
-            .as_ref()
-            .map(|s| json!({"row_count": s.row_count, "metrics": s.metrics}));
+        let source = evidence.source.as_ref().map(|s| json!({"row_count": s.row_count, "metrics": s.metrics}));
         c.exec(
             "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5 WHERE batch_id = $1",
             args![batch_id, evidence.marker.clone(), source, json!(verdict.checks), fingerprint],
         )
         .await?;
 
-        let mut downstream = Vec::new();
+        let mut ripple = lineage::Ripple { changes: Vec::new(), webhook: self.webhook_url.clone() };
         let changed = if verdict.passed {
             let mut published = Vec::new();
             for p in &evidence.partitions {
                 let (prev,): (Option<String>,) = c
-                    .one("SELECT published_batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2", args![&b.dataset, p.partition.as_str()])
+                    .one(
+                        "SELECT published_batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2",
+                        args![&b.dataset, p.partition.as_str()],
+                    )
                     .await?;
                 let (version,): (i64,) = c
                     .one(
@@ -644,64 +529,29 @@ impl SqlStore {
             }
             let changed = settle(&mut c, &b, BatchState::Published, now).await?;
             for (partition, version) in &published {
-                lineage::on_published(
-                    &mut c,
-                    &b.dataset,
-                    partition,
-                    batch_id,
-                    *version,
-                    now,
-                    &mut downstream,
-                )
-                .await?;
+                lineage::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut ripple).await?;
             }
-            event(
-                &mut c,
-                batch_id,
-                "committed",
-                now,
-                json!({"state": "published", "marker": evidence.marker}),
-            )
-            .await?;
+            event(&mut c, batch_id, "committed", now, json!({"state": "published", "marker": evidence.marker})).await?;
             alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
             changed
         } else {
             let changed = settle(&mut c, &b, BatchState::Rejected, now).await?;
             let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name).collect();
-            event(
-                &mut c,
-                batch_id,
-                "committed",
-                now,
-                json!({"state": "rejected", "failed_checks": failed}),
-            )
-            .await?;
-            let advice =
-                alert_rules::for_rejection(verdict.checks.iter().map(|c| (c.name, c.status)));
+            event(&mut c, batch_id, "committed", now, json!({"state": "rejected", "failed_checks": failed})).await?;
+            let advice = alert_rules::for_rejection(verdict.checks.iter().map(|c| (c.name, c.status)));
             let failing: Vec<&CheckResult> = verdict.failed_checks().collect();
-            let message = format!(
-                "batch {batch_id} was rejected: {} failed",
-                failed.join(", ")
-            );
+            let message = format!("batch {batch_id} was rejected: {} failed", failed.join(", "));
             let alert = NewAlert {
                 stage: Some("verify".into()),
                 failing_checks: json!(failing),
-                ..NewAlert::about_batch(
-                    AlertKind::Rejected,
-                    &b,
-                    &policy,
-                    changed.clone(),
-                    advice,
-                    message,
-                )
+                owner: owner_for(&mut c, advice, &b, &policy).await?,
+                ..NewAlert::about_batch(AlertKind::Rejected, &b, &policy, changed.clone(), advice, message)
             };
             alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
             changed
         };
 
-        let record = load_record(&mut c, batch_id)
-            .await?
-            .ok_or_else(|| not_found(batch_id))?;
+        let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
         let mut body = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
         let status = if verdict.passed {
             200
@@ -719,28 +569,18 @@ impl SqlStore {
             args![batch_id, i64::from(status), body.clone()],
         )
         .await?;
-        let mut all = vec![Change {
-            dataset: b.dataset.clone(),
-            partitions: Some(changed),
-        }];
-        all.extend(downstream);
+        let mut all = vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }];
+        all.extend(ripple.changes);
         self.finish(tx, all).await?;
         Ok(Decision { status, body })
     }
 
-    pub(super) async fn do_fail(
-        &self,
-        batch_id: &str,
-        report: FailReport,
-        fingerprint: String,
-    ) -> Result<Decision> {
+    pub(super) async fn do_fail(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
         let now = self.now();
         let (mut tx, b) = self.lock_batch(batch_id).await?;
         if b.state() != BatchState::Running {
             let answer = Self::decided_answer(&b, "fail", &fingerprint);
-            if answer.is_err()
-                && matches!(b.state(), BatchState::Published | BatchState::Superseded)
-            {
+            if answer.is_err() && matches!(b.state(), BatchState::Published | BatchState::Superseded) {
                 // The task thinks it failed, but its commit went through: it
                 // never heard the acknowledgement. Keep that in the history.
                 let detail = json!({"stage": report.stage, "category": report.category, "message": report.message});
@@ -771,65 +611,37 @@ impl SqlStore {
             "batch {batch_id} failed at {} ({}){}",
             report.stage,
             report.category,
-            report
-                .message
-                .as_deref()
-                .map(|m| format!(": {m}"))
-                .unwrap_or_default()
+            report.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
         );
         let alert = NewAlert {
             stage: Some(report.stage.to_string()),
             category: Some(report.category.to_string()),
-            ..NewAlert::about_batch(
-                AlertKind::Failed,
-                &b,
-                &policy,
-                changed.clone(),
-                advice,
-                message,
-            )
+            owner: owner_for(&mut c, advice, &b, &policy).await?,
+            ..NewAlert::about_batch(AlertKind::Failed, &b, &policy, changed.clone(), advice, message)
         };
         alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
-        let record = load_record(&mut c, batch_id)
-            .await?
-            .ok_or_else(|| not_found(batch_id))?;
+        let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
         let body = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
         c.exec(
             "UPDATE batches SET decision_status = 200, decision_body = $2 WHERE batch_id = $1",
             args![batch_id, body.clone()],
         )
         .await?;
-        self.finish(
-            tx,
-            vec![Change {
-                dataset: b.dataset.clone(),
-                partitions: Some(changed),
-            }],
-        )
-        .await?;
+        self.finish(tx, vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }]).await?;
         Ok(Decision { status: 200, body })
     }
 }
 
 /// Marks the earlier publisher of a partition superseded there; the batch as a
 /// whole becomes `superseded` once none of its partitions is current.
-async fn supersede(
-    c: &mut Conn<'_>,
-    prev: &str,
-    partition: &str,
-    by: &str,
-    now: DateTime<Utc>,
-) -> Result<()> {
+async fn supersede(c: &mut Conn<'_>, prev: &str, partition: &str, by: &str, now: DateTime<Utc>) -> Result<()> {
     c.exec(
         "UPDATE task_produce_log SET status = 'superseded' WHERE batch_id = $1 AND target_partition = $2",
         args![prev, partition],
     )
     .await?;
     let (current,): (i64,) = c
-        .one(
-            "SELECT COUNT(*) FROM task_produce_log WHERE batch_id = $1 AND status = 'published'",
-            args![prev],
-        )
+        .one("SELECT COUNT(*) FROM task_produce_log WHERE batch_id = $1 AND status = 'published'", args![prev])
         .await?;
     if current == 0 {
         let n = c
@@ -852,7 +664,9 @@ fn guard_scope(policy: &DatasetPolicy, req: &StartBatch) -> Result<()> {
             return Err(Error::invalid_code(
                 "overwrite_scope_too_wide",
                 format!("partitions[{i}]"),
-                format!("{raw:?} is a wildcard: an overwrite_partition batch must name the concrete partitions it replaces"),
+                format!(
+                    "{raw:?} is a wildcard: an overwrite_partition batch must name the concrete partitions it replaces"
+                ),
             ));
         }
         return Err(Error::invalid_code(
@@ -866,8 +680,32 @@ fn guard_scope(policy: &DatasetPolicy, req: &StartBatch) -> Result<()> {
         return Err(Error::invalid_code(
             "overwrite_scope_too_wide",
             "partitions",
-            format!("{n} partitions in one overwrite; the dataset allows at most {} (max_partitions_per_batch)", policy.max_partitions_per_batch),
+            format!(
+                "{n} partitions in one overwrite; the dataset allows at most {} (max_partitions_per_batch)",
+                policy.max_partitions_per_batch
+            ),
         ));
     }
     Ok(())
+}
+
+/// Who should act: the dataset's owner, or for bad source data the owners
+/// of the datasets the batch read (falling back to the dataset's owner when
+/// it read nothing with an owner).
+async fn owner_for(c: &mut Conn<'_>, advice: Advice, b: &BatchRow, policy: &DatasetPolicy) -> Result<Option<String>> {
+    if advice.owner != OwnerOf::Upstream {
+        return Ok(policy.owner.clone());
+    }
+    let owners: Vec<(String,)> = c
+        .all(
+            "SELECT DISTINCT d.owner FROM batch_inputs i JOIN datasets d ON d.name = i.input_dataset \
+             WHERE i.batch_id = $1 AND d.owner IS NOT NULL ORDER BY d.owner",
+            args![&b.batch_id],
+        )
+        .await?;
+    Ok(if owners.is_empty() {
+        policy.owner.clone()
+    } else {
+        Some(owners.into_iter().map(|(o,)| o).collect::<Vec<_>>().join(", "))
+    })
 }

@@ -110,8 +110,7 @@ fn pg_args(args: Vec<Arg>) -> PgArguments {
 
 /// A row type both backends can decode.
 pub trait Row: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin {}
-impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin
-{}
+impl<T> Row for T where T: for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> + Send + Unpin {}
 
 /// A connection of either backend, borrowed from a pool or a transaction.
 pub enum Conn<'c> {
@@ -122,60 +121,34 @@ pub enum Conn<'c> {
 impl Conn<'_> {
     pub async fn all<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<Vec<R>> {
         match self {
-            Conn::Sqlite(c) => {
-                sqlx::query_as_with(sql, sqlite_args(args))
-                    .fetch_all(&mut **c)
-                    .await
-            }
-            Conn::Postgres(c) => {
-                sqlx::query_as_with(sql, pg_args(args))
-                    .fetch_all(&mut **c)
-                    .await
-            }
+            Conn::Sqlite(c) => sqlx::query_as_with(sql, sqlite_args(args)).fetch_all(&mut **c).await,
+            Conn::Postgres(c) => sqlx::query_as_with(sql, pg_args(args)).fetch_all(&mut **c).await,
         }
     }
 
     pub async fn opt<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<Option<R>> {
         match self {
-            Conn::Sqlite(c) => {
-                sqlx::query_as_with(sql, sqlite_args(args))
-                    .fetch_optional(&mut **c)
-                    .await
-            }
-            Conn::Postgres(c) => {
-                sqlx::query_as_with(sql, pg_args(args))
-                    .fetch_optional(&mut **c)
-                    .await
-            }
+            Conn::Sqlite(c) => sqlx::query_as_with(sql, sqlite_args(args)).fetch_optional(&mut **c).await,
+            Conn::Postgres(c) => sqlx::query_as_with(sql, pg_args(args)).fetch_optional(&mut **c).await,
         }
     }
 
     pub async fn one<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<R> {
         match self {
-            Conn::Sqlite(c) => {
-                sqlx::query_as_with(sql, sqlite_args(args))
-                    .fetch_one(&mut **c)
-                    .await
-            }
-            Conn::Postgres(c) => {
-                sqlx::query_as_with(sql, pg_args(args))
-                    .fetch_one(&mut **c)
-                    .await
-            }
+            Conn::Sqlite(c) => sqlx::query_as_with(sql, sqlite_args(args)).fetch_one(&mut **c).await,
+            Conn::Postgres(c) => sqlx::query_as_with(sql, pg_args(args)).fetch_one(&mut **c).await,
         }
     }
 
     /// Runs a statement; returns the number of rows it affected.
     pub async fn exec(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<u64> {
         match self {
-            Conn::Sqlite(c) => sqlx::query_with(sql, sqlite_args(args))
-                .execute(&mut **c)
-                .await
-                .map(|r| r.rows_affected()),
-            Conn::Postgres(c) => sqlx::query_with(sql, pg_args(args))
-                .execute(&mut **c)
-                .await
-                .map(|r| r.rows_affected()),
+            Conn::Sqlite(c) => {
+                sqlx::query_with(sql, sqlite_args(args)).execute(&mut **c).await.map(|r| r.rows_affected())
+            }
+            Conn::Postgres(c) => {
+                sqlx::query_with(sql, pg_args(args)).execute(&mut **c).await.map(|r| r.rows_affected())
+            }
         }
     }
 }

@@ -5,14 +5,28 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sqlx::types::Json;
 
+use super::alerts::{self, NewAlert};
+use super::batches::load_policy;
 use super::db::{args, Conn};
 use crate::changes::Change;
+use crate::domain::alerts::{self as alert_rules, Action, AlertKind};
 use crate::error::Result;
+
+/// How far alerts and repair plans look for partitions built on others.
+pub(super) const DOWNSTREAM_DEPTH: u32 = 20;
+
+/// What a change to a partition set off: the partitions whose readiness
+/// changed (for the change hub), and where alerts about them go.
+pub(super) struct Ripple {
+    pub changes: Vec<Change>,
+    /// The service-wide alert webhook.
+    pub webhook: Option<String>,
+}
 
 /// An input of a batch, resolved to the version it will read.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -77,10 +91,7 @@ pub(super) async fn resolve_inputs(
     let mut unready = Vec::new();
     for (dataset, partition) in inputs {
         let s = standing(c, dataset, partition).await?;
-        let (version, batch_id) = s
-            .as_ref()
-            .map(|s| (s.version, s.published_batch_id.clone()))
-            .unwrap_or((0, None));
+        let (version, batch_id) = s.as_ref().map(|s| (s.version, s.published_batch_id.clone())).unwrap_or((0, None));
         let reason = match &s {
             None => Some("no_batch"),
             Some(s) => s.unfit(),
@@ -93,21 +104,12 @@ pub(super) async fn resolve_inputs(
                 version,
             });
         }
-        resolved.push(InputRecord {
-            dataset: dataset.clone(),
-            partition: partition.clone(),
-            version,
-            batch_id,
-        });
+        resolved.push(InputRecord { dataset: dataset.clone(), partition: partition.clone(), version, batch_id });
     }
     Ok((resolved, unready))
 }
 
-pub(super) async fn record_inputs(
-    c: &mut Conn<'_>,
-    batch_id: &str,
-    inputs: &[InputRecord],
-) -> Result<()> {
+pub(super) async fn record_inputs(c: &mut Conn<'_>, batch_id: &str, inputs: &[InputRecord]) -> Result<()> {
     for i in inputs {
         c.exec(
             "INSERT INTO batch_inputs (batch_id, input_dataset, input_partition, input_version, input_batch_id) VALUES ($1, $2, $3, $4, $5)",
@@ -128,12 +130,7 @@ pub(super) async fn inputs_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<In
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(dataset, partition, version, batch_id)| InputRecord {
-            dataset,
-            partition,
-            version,
-            batch_id,
-        })
+        .map(|(dataset, partition, version, batch_id)| InputRecord { dataset, partition, version, batch_id })
         .collect())
 }
 
@@ -158,12 +155,7 @@ pub(super) async fn emit(
 }
 
 /// Why a partition built from `input` at `built_on` is stale now, if it is.
-fn staleness(
-    input_dataset: &str,
-    input_partition: &str,
-    built_on: i64,
-    now: &Standing,
-) -> Option<Value> {
+fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &Standing) -> Option<Value> {
     let cause = if now.invalidated_reason.is_some() {
         "invalidated"
     } else if now.version > built_on {
@@ -173,10 +165,8 @@ fn staleness(
     } else {
         return None;
     };
-    Some(
-        json!({"dataset": input_dataset, "partition": input_partition, "built_on_version": built_on,
-        "current_version": now.version, "cause": cause}),
-    )
+    Some(json!({"dataset": input_dataset, "partition": input_partition, "built_on_version": built_on,
+        "current_version": now.version, "cause": cause}))
 }
 
 /// After a batch published `partition` at `version`: records the change,
@@ -190,17 +180,13 @@ pub(super) async fn on_published(
     batch_id: &str,
     version: i64,
     now: DateTime<Utc>,
-    changed: &mut Vec<Change>,
+    ripple: &mut Ripple,
 ) -> Result<()> {
     let before = standing(c, dataset, partition).await?;
     let was_stale = before.as_ref().is_some_and(|s| s.stale_upstream.is_some());
     emit(
         c,
-        if version == 1 {
-            "published"
-        } else {
-            "restated"
-        },
+        if version == 1 { "published" } else { "restated" },
         dataset,
         partition,
         version,
@@ -226,34 +212,12 @@ pub(super) async fn on_published(
     .await?;
     match (&stale, was_stale) {
         (Some(why), _) => {
-            emit(
-                c,
-                "stale",
-                dataset,
-                partition,
-                version,
-                Some(batch_id),
-                json!({"upstream": why}),
-                now,
-            )
-            .await?
+            emit(c, "stale", dataset, partition, version, Some(batch_id), json!({"upstream": why}), now).await?
         }
-        (None, true) => {
-            emit(
-                c,
-                "fresh_again",
-                dataset,
-                partition,
-                version,
-                Some(batch_id),
-                json!({}),
-                now,
-            )
-            .await?
-        }
+        (None, true) => emit(c, "fresh_again", dataset, partition, version, Some(batch_id), json!({}), now).await?,
         (None, false) => {}
     }
-    propagate(c, dataset, partition, now, changed).await?;
+    propagate(c, dataset, partition, now, ripple).await?;
     Ok(())
 }
 
@@ -264,7 +228,7 @@ pub(super) async fn invalidate(
     partition: &str,
     reason: &str,
     now: DateTime<Utc>,
-    changed: &mut Vec<Change>,
+    ripple: &mut Ripple,
 ) -> Result<bool> {
     let Some(s) = standing(c, dataset, partition).await? else {
         return Ok(false);
@@ -285,11 +249,8 @@ pub(super) async fn invalidate(
         now,
     )
     .await?;
-    changed.push(Change {
-        dataset: dataset.to_owned(),
-        partitions: Some(vec![partition.to_owned()]),
-    });
-    propagate(c, dataset, partition, now, changed).await?;
+    ripple.changes.push(Change { dataset: dataset.to_owned(), partitions: Some(vec![partition.to_owned()]) });
+    propagate(c, dataset, partition, now, ripple).await?;
     Ok(true)
 }
 
@@ -303,6 +264,7 @@ struct Consumer {
     version: i64,
     batch_id: Option<String>,
     stale: Option<Json<Value>>,
+    dt: NaiveDate,
 }
 
 /// Marks stale, transitively, every partition whose current version was
@@ -313,7 +275,7 @@ async fn propagate(
     dataset: &str,
     partition: &str,
     now: DateTime<Utc>,
-    changed: &mut Vec<Change>,
+    ripple: &mut Ripple,
 ) -> Result<()> {
     let mut queue = VecDeque::from([(dataset.to_owned(), partition.to_owned())]);
     let mut seen = BTreeSet::new();
@@ -327,7 +289,7 @@ async fn propagate(
         let consumers: Vec<Consumer> = c
             .all(
                 "SELECT d.dataset, d.partition_spec AS partition, i.input_version AS built_on, d.version, d.published_batch_id AS batch_id, \
-                   d.stale_upstream AS stale \
+                   d.stale_upstream AS stale, d.dt \
                  FROM batch_inputs i JOIN partitions d ON d.published_batch_id = i.batch_id \
                  WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY d.dataset, d.partition_spec",
                 args![&ds, &p],
@@ -340,6 +302,7 @@ async fn propagate(
             version: cversion,
             batch_id: cbatch,
             stale: cstale,
+            dt: cdt,
         } in consumers
         {
             let Some(why) = staleness(&ds, &p, built_on, &upstream) else {
@@ -351,21 +314,32 @@ async fn propagate(
                     args![&cds, &cp, why.clone(), now],
                 )
                 .await?;
-                emit(
-                    c,
-                    "stale",
-                    &cds,
-                    &cp,
-                    cversion,
-                    cbatch.as_deref(),
-                    json!({"upstream": why}),
-                    now,
-                )
-                .await?;
-                changed.push(Change {
+                emit(c, "stale", &cds, &cp, cversion, cbatch.as_deref(), json!({"upstream": why}), now).await?;
+                ripple.changes.push(Change { dataset: cds.clone(), partitions: Some(vec![cp.clone()]) });
+                let policy = load_policy(c, &cds).await?.policy();
+                let hooks: Vec<String> = ripple.webhook.iter().chain(policy.webhook_url.iter()).cloned().collect();
+                let alert = NewAlert {
+                    kind: AlertKind::StaleDownstream,
+                    dedup_key: format!("stale_downstream:{cds}:{cp}:{cversion}"),
+                    severity: alert_rules::severity(policy.tier),
+                    task: None,
                     dataset: cds.clone(),
-                    partitions: Some(vec![cp.clone()]),
-                });
+                    dt: Some(cdt),
+                    partitions: vec![cp.clone()],
+                    batch_id: cbatch.clone(),
+                    stage: None,
+                    category: None,
+                    failing_checks: json!([]),
+                    owner: policy.owner.clone(),
+                    action: Action::RecomputeDownstream,
+                    retryable: true,
+                    message: format!(
+                        "{cds} {cp} version {cversion} was built on {ds} {p} version {built_on}, which is now {} (version {})",
+                        why["cause"].as_str().unwrap_or("changed"),
+                        upstream.version
+                    ),
+                };
+                alerts::raise(c, alert, &hooks, now).await?;
             }
             queue.push_back((cds, cp));
         }
@@ -433,31 +407,17 @@ fn node_state(s: &Option<Standing>) -> String {
 }
 
 impl super::SqlStore {
-    pub(super) async fn do_invalidate(
-        &self,
-        dataset: &str,
-        partition: &str,
-        reason: &str,
-    ) -> Result<()> {
+    pub(super) async fn do_invalidate(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
         let now = self.now();
         let mut tx = self.begin_write().await?;
-        let mut changed = Vec::new();
-        if !invalidate(
-            &mut tx.conn(),
-            dataset,
-            partition,
-            reason,
-            now,
-            &mut changed,
-        )
-        .await?
-        {
+        let mut ripple = Ripple { changes: Vec::new(), webhook: self.webhook_url.clone() };
+        if !invalidate(&mut tx.conn(), dataset, partition, reason, now, &mut ripple).await? {
             return Err(crate::error::Error::not_found(
                 "partition_not_found",
                 format!("no batch ever wrote {dataset} {partition}"),
             ));
         }
-        self.finish(tx, changed).await
+        self.finish(tx, ripple.changes).await
     }
 
     pub(super) async fn do_list_changes(
@@ -469,8 +429,19 @@ impl super::SqlStore {
         let mut r = self.read().await?;
         let cols = "id, kind, dataset, partition_spec, version, batch_id, at, detail";
         Ok(match dataset {
-            Some(d) => r.conn().all(&format!("SELECT {cols} FROM changes WHERE id > $1 AND dataset = $2 ORDER BY id LIMIT {limit}"), args![after, d]).await?,
-            None => r.conn().all(&format!("SELECT {cols} FROM changes WHERE id > $1 ORDER BY id LIMIT {limit}"), args![after]).await?,
+            Some(d) => {
+                r.conn()
+                    .all(
+                        &format!("SELECT {cols} FROM changes WHERE id > $1 AND dataset = $2 ORDER BY id LIMIT {limit}"),
+                        args![after, d],
+                    )
+                    .await?
+            }
+            None => {
+                r.conn()
+                    .all(&format!("SELECT {cols} FROM changes WHERE id > $1 ORDER BY id LIMIT {limit}"), args![after])
+                    .await?
+            }
         })
     }
 

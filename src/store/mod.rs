@@ -146,48 +146,26 @@ pub trait Store: Send + Sync + 'static {
     fn hub(&self) -> &Arc<ChangeHub>;
     async fn health(&self) -> Result<()>;
 
-    async fn put_dataset(
-        &self,
-        name: &DatasetName,
-        policy: &DatasetPolicy,
-    ) -> Result<(DatasetRecord, bool)>;
+    async fn put_dataset(&self, name: &DatasetName, policy: &DatasetPolicy) -> Result<(DatasetRecord, bool)>;
     async fn get_dataset(&self, name: &str) -> Result<Option<DatasetRecord>>;
     async fn list_datasets(&self) -> Result<Vec<DatasetRecord>>;
 
     async fn start_batch(&self, req: StartBatch) -> Result<Started>;
     async fn heartbeat(&self, batch_id: &str) -> Result<Lease>;
-    async fn commit_batch(
-        &self,
-        batch_id: &str,
-        evidence: CommitEvidence,
-        fingerprint: String,
-    ) -> Result<Decision>;
-    async fn fail_batch(
-        &self,
-        batch_id: &str,
-        report: FailReport,
-        fingerprint: String,
-    ) -> Result<Decision>;
+    async fn commit_batch(&self, batch_id: &str, evidence: CommitEvidence, fingerprint: String) -> Result<Decision>;
+    async fn fail_batch(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision>;
 
     async fn get_batch(&self, batch_id: &str) -> Result<Option<BatchRecord>>;
     async fn list_batches(&self, q: &BatchQuery) -> Result<Page<BatchRecord>>;
     async fn list_partitions(&self, q: &PartitionQuery) -> Result<Page<PartitionRecord>>;
     /// The current standing of each named partition, in order; `None` where
     /// no batch ever named it.
-    async fn partition_status(
-        &self,
-        dataset: &str,
-        partitions: &[String],
-    ) -> Result<Vec<Option<PartitionRecord>>>;
+    async fn partition_status(&self, dataset: &str, partitions: &[String]) -> Result<Vec<Option<PartitionRecord>>>;
     /// The latest batch a task started for a data date.
     async fn latest_task_batch(&self, task: &str, dt: NaiveDate) -> Result<Option<TaskLatest>>;
 
     /// Records that the task's write to the target committed.
-    async fn record_written(
-        &self,
-        batch_id: &str,
-        partitions: Vec<(PartitionSpec, i64)>,
-    ) -> Result<BatchRecord>;
+    async fn record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord>;
     /// Abandons every running batch whose lease has expired; returns their ids.
     async fn expire_leases(&self) -> Result<Vec<String>>;
     /// Raises `deadline_missed` for data dates past their deadline; returns how many.
@@ -201,26 +179,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Takes a partition out of service until a new batch publishes it;
     /// everything built on it goes stale.
-    async fn invalidate_partition(
-        &self,
-        dataset: &str,
-        partition: &str,
-        reason: &str,
-    ) -> Result<()>;
+    async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()>;
     /// Readiness changes after feed position `after`, in commit order.
-    async fn list_changes(
-        &self,
-        after: i64,
-        dataset: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<ChangeRecord>>;
-    async fn lineage(
-        &self,
-        dataset: &str,
-        partition: &str,
-        direction: Direction,
-        depth: u32,
-    ) -> Result<LineageGraph>;
+    async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>>;
+    async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph>;
     /// Plans a repair from the registry's evidence.
     async fn create_repair(&self, repair: NewRepair) -> Result<Value>;
     /// A plan with its progress.
@@ -270,21 +232,14 @@ pub struct DbOptions {
 
 impl Default for DbOptions {
     fn default() -> Self {
-        Self {
-            max_connections: 10,
-            webhook_url: None,
-        }
+        Self { max_connections: 10, webhook_url: None }
     }
 }
 
 impl SqlStore {
     /// Connects to `url` (`sqlite:` or `postgres:`), applies migrations and,
     /// on PostgreSQL, starts listening for other replicas' changes.
-    pub async fn connect(
-        url: &str,
-        opts: &DbOptions,
-        clock: Arc<dyn Clock>,
-    ) -> anyhow::Result<Arc<Self>> {
+    pub async fn connect(url: &str, opts: &DbOptions, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<Self>> {
         let store = match url.split(':').next() {
             Some("sqlite") => {
                 let pool = sqlite::connect(url, opts).await?;
@@ -299,12 +254,7 @@ impl SqlStore {
                 let pool = postgres::connect(url, opts).await?;
                 let hub = ChangeHub::new(false);
                 postgres::spawn_listener(pool.clone(), hub.clone()).await;
-                Self {
-                    backend: Backend::Postgres(pool),
-                    clock,
-                    hub,
-                    webhook_url: opts.webhook_url.clone(),
-                }
+                Self { backend: Backend::Postgres(pool), clock, hub, webhook_url: opts.webhook_url.clone() }
             }
             _ => anyhow::bail!("database URL must start with sqlite: or postgres:, got {url:?}"),
         };
@@ -313,10 +263,7 @@ impl SqlStore {
 
     /// Applies migrations to `url` and returns.
     pub async fn migrate(url: &str) -> anyhow::Result<()> {
-        let opts = DbOptions {
-            max_connections: 1,
-            webhook_url: None,
-        };
+        let opts = DbOptions { max_connections: 1, webhook_url: None };
         match url.split(':').next() {
             Some("sqlite") => sqlite::connect(url, &opts).await.map(drop),
             Some("postgres" | "postgresql") => postgres::connect(url, &opts).await.map(drop),

@@ -28,7 +28,14 @@ impl SqlStore {
             .one(
                 "INSERT INTO openlineage_events (received_at, run_id, event_type, job_namespace, job, body) \
                  VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                args![received_at, e.run_id.clone(), e.event_type.clone(), e.job_namespace.clone(), e.job.clone(), e.body.clone()],
+                args![
+                    received_at,
+                    e.run_id.clone(),
+                    e.event_type.clone(),
+                    e.job_namespace.clone(),
+                    e.job.clone(),
+                    e.body.clone()
+                ],
             )
             .await?;
         tx.commit().await?;
@@ -37,12 +44,7 @@ impl SqlStore {
 
     pub(super) async fn do_set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()> {
         let mut tx = self.begin_write().await?;
-        tx.conn()
-            .exec(
-                "UPDATE openlineage_events SET outcome = $2 WHERE id = $1",
-                args![id, outcome.clone()],
-            )
-            .await?;
+        tx.conn().exec("UPDATE openlineage_events SET outcome = $2 WHERE id = $1", args![id, outcome.clone()]).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -41,30 +41,17 @@ const WRITE_LOCK: i64 = 0x6261_7463_6867_6174;
 /// serialisation costs nothing noticeable; readers never take it.
 pub(super) async fn begin_write(pool: &PgPool) -> sqlx::Result<Transaction<'static, Postgres>> {
     let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(WRITE_LOCK)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
     Ok(tx)
 }
 
-pub(super) async fn notify(
-    tx: &mut Transaction<'static, Postgres>,
-    change: &Change,
-) -> sqlx::Result<()> {
+pub(super) async fn notify(tx: &mut Transaction<'static, Postgres>, change: &Change) -> sqlx::Result<()> {
     let mut payload = serde_json::to_string(change).expect("a change serialises");
     if payload.len() > MAX_PAYLOAD {
-        let whole = Change {
-            dataset: change.dataset.clone(),
-            partitions: None,
-        };
+        let whole = Change { dataset: change.dataset.clone(), partitions: None };
         payload = serde_json::to_string(&whole).expect("a change serialises");
     }
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(CHANNEL)
-        .bind(payload)
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(&mut **tx).await?;
     Ok(())
 }
 
@@ -92,9 +79,7 @@ pub(super) async fn spawn_listener(pool: PgPool, hub: Arc<ChangeHub>) {
                                 }
                             },
                             Ok(None) | Err(_) => {
-                                tracing::warn!(
-                                    "lost the change-notification connection; cache suspended"
-                                );
+                                tracing::warn!("lost the change-notification connection; cache suspended");
                                 hub.suspend();
                                 break;
                             }

@@ -16,15 +16,13 @@ use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::domain::policy::DatasetPolicy;
 use crate::error::Result;
 
-pub(super) const PARTITION_COLUMNS: &str = "dataset, partition_spec, dt, state, batch_id, version, published_batch_id, published_row_count, \
+pub(super) const PARTITION_COLUMNS: &str =
+    "dataset, partition_spec, dt, state, batch_id, version, published_batch_id, published_row_count, \
      published_at, updated_at, stale_upstream, invalidated_reason, prev_published_batch_id, prev_published_row_count";
 
 /// `$first, $first+1, …` for `n` values: an `IN (…)` list.
 fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }
 
 /// A `WHERE` clause built from optional filters, numbering placeholders as it goes.
@@ -37,8 +35,7 @@ struct Filter {
 impl Filter {
     fn push(&mut self, clause: &str, value: impl Into<Arg>) {
         self.args.push(value.into());
-        self.clauses
-            .push(clause.replace("$?", &format!("${}", self.args.len())));
+        self.clauses.push(clause.replace("$?", &format!("${}", self.args.len())));
     }
 
     fn sql(&self) -> String {
@@ -69,20 +66,12 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn put_dataset(
-        &self,
-        name: &DatasetName,
-        p: &DatasetPolicy,
-    ) -> Result<(DatasetRecord, bool)> {
+    async fn put_dataset(&self, name: &DatasetName, p: &DatasetPolicy) -> Result<(DatasetRecord, bool)> {
         let now = self.now();
         let mut tx = self.begin_write().await?;
         let mut c = tx.conn();
-        let existed: Option<(String,)> = c
-            .opt(
-                "SELECT name FROM datasets WHERE name = $1",
-                args![name.as_str()],
-            )
-            .await?;
+        let existed: Option<(String,)> =
+            c.opt("SELECT name FROM datasets WHERE name = $1", args![name.as_str()]).await?;
         let sql = format!(
             "INSERT INTO datasets (name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, \
                max_partitions_per_batch, deadline, webhook_url, created_at, updated_at) \
@@ -120,21 +109,13 @@ impl Store for SqlStore {
     async fn get_dataset(&self, name: &str) -> Result<Option<DatasetRecord>> {
         let mut r = self.read().await?;
         let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets WHERE name = $1");
-        Ok(r.conn()
-            .opt::<DatasetRow>(&sql, args![name])
-            .await?
-            .map(Into::into))
+        Ok(r.conn().opt::<DatasetRow>(&sql, args![name]).await?.map(Into::into))
     }
 
     async fn list_datasets(&self) -> Result<Vec<DatasetRecord>> {
         let mut r = self.read().await?;
         let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets ORDER BY name");
-        Ok(r.conn()
-            .all::<DatasetRow>(&sql, args![])
-            .await?
-            .into_iter()
-            .map(Into::into)
-            .collect())
+        Ok(r.conn().all::<DatasetRow>(&sql, args![]).await?.into_iter().map(Into::into).collect())
     }
 
     async fn start_batch(&self, req: StartBatch) -> Result<Started> {
@@ -145,21 +126,11 @@ impl Store for SqlStore {
         self.do_heartbeat(batch_id).await
     }
 
-    async fn commit_batch(
-        &self,
-        batch_id: &str,
-        evidence: CommitEvidence,
-        fingerprint: String,
-    ) -> Result<Decision> {
+    async fn commit_batch(&self, batch_id: &str, evidence: CommitEvidence, fingerprint: String) -> Result<Decision> {
         self.do_commit(batch_id, evidence, fingerprint).await
     }
 
-    async fn fail_batch(
-        &self,
-        batch_id: &str,
-        report: FailReport,
-        fingerprint: String,
-    ) -> Result<Decision> {
+    async fn fail_batch(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
         self.do_fail(batch_id, report, fingerprint).await
     }
 
@@ -191,25 +162,15 @@ impl Store for SqlStore {
         if let Some(v) = q.after_id {
             f.push("id < $?", v);
         }
-        let sql = format!(
-            "SELECT {BATCH_COLUMNS} FROM batches {} ORDER BY id DESC LIMIT {}",
-            f.sql(),
-            q.limit + 1
-        );
+        let sql = format!("SELECT {BATCH_COLUMNS} FROM batches {} ORDER BY id DESC LIMIT {}", f.sql(), q.limit + 1);
         let mut r = self.read().await?;
         let mut c = r.conn();
         let mut rows: Vec<BatchRow> = c.all(&sql, f.args).await?;
         let more = rows.len() as i64 > q.limit;
         rows.truncate(q.limit as usize);
-        let next = rows
-            .last()
-            .filter(|_| more)
-            .map(|b| serde_json::json!([b.id]));
+        let next = rows.last().filter(|_| more).map(|b| serde_json::json!([b.id]));
         let ids: Vec<Arg> = rows.iter().map(|b| Arg::from(&b.batch_id)).collect();
-        let (logs, inputs): (
-            Vec<LogRow>,
-            Vec<(String, String, String, i64, Option<String>)>,
-        ) = if ids.is_empty() {
+        let (logs, inputs): (Vec<LogRow>, Vec<(String, String, String, i64, Option<String>)>) = if ids.is_empty() {
             (Vec::new(), Vec::new())
         } else {
             let list = placeholders(1, ids.len());
@@ -230,11 +191,7 @@ impl Store for SqlStore {
         let items = rows
             .into_iter()
             .map(|b| {
-                let mine = logs
-                    .iter()
-                    .filter(|l| l.batch_id == b.batch_id)
-                    .cloned()
-                    .collect();
+                let mine = logs.iter().filter(|l| l.batch_id == b.batch_id).cloned().collect();
                 let read = inputs
                     .iter()
                     .filter(|i| i.0 == b.batch_id)
@@ -265,9 +222,7 @@ impl Store for SqlStore {
             f.args.push(Arg::from(*dt));
             f.args.push(Arg::from(p));
             let (a, b) = (f.args.len() - 1, f.args.len());
-            f.clauses.push(format!(
-                "(dt < ${a} OR (dt = ${a} AND partition_spec > ${b}))"
-            ));
+            f.clauses.push(format!("(dt < ${a} OR (dt = ${a} AND partition_spec > ${b}))"));
         }
         let sql = format!(
             "SELECT {PARTITION_COLUMNS} FROM partitions {} ORDER BY dt DESC, partition_spec ASC LIMIT {}",
@@ -278,18 +233,11 @@ impl Store for SqlStore {
         let mut items: Vec<PartitionRecord> = r.conn().all(&sql, f.args).await?;
         let more = items.len() as i64 > q.limit;
         items.truncate(q.limit as usize);
-        let next = items
-            .last()
-            .filter(|_| more)
-            .map(|p| serde_json::json!([p.dt, p.partition]));
+        let next = items.last().filter(|_| more).map(|p| serde_json::json!([p.dt, p.partition]));
         Ok(Page { items, next })
     }
 
-    async fn partition_status(
-        &self,
-        dataset: &str,
-        partitions: &[String],
-    ) -> Result<Vec<Option<PartitionRecord>>> {
+    async fn partition_status(&self, dataset: &str, partitions: &[String]) -> Result<Vec<Option<PartitionRecord>>> {
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
@@ -301,36 +249,31 @@ impl Store for SqlStore {
         a.extend(partitions.iter().map(Arg::from));
         let mut r = self.read().await?;
         let found: Vec<PartitionRecord> = r.conn().all(&sql, a).await?;
-        Ok(partitions
-            .iter()
-            .map(|p| found.iter().find(|f| &f.partition == p).cloned())
-            .collect())
+        Ok(partitions.iter().map(|p| found.iter().find(|f| &f.partition == p).cloned()).collect())
     }
 
     async fn latest_task_batch(&self, task: &str, dt: NaiveDate) -> Result<Option<TaskLatest>> {
         let mut r = self.read().await?;
         let mut c = r.conn();
         let latest: Option<(String, String)> = c
-            .opt("SELECT batch_id, dataset FROM batches WHERE task = $1 AND dt = $2 ORDER BY seq DESC LIMIT 1", args![task, dt])
+            .opt(
+                "SELECT batch_id, dataset FROM batches WHERE task = $1 AND dt = $2 ORDER BY seq DESC LIMIT 1",
+                args![task, dt],
+            )
             .await?;
         let Some((batch_id, dataset)) = latest else {
             return Ok(None);
         };
         let parts: Vec<(String,)> = c
-            .all("SELECT target_partition FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition", args![&batch_id])
+            .all(
+                "SELECT target_partition FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition",
+                args![&batch_id],
+            )
             .await?;
-        Ok(Some(TaskLatest {
-            batch_id,
-            dataset,
-            partitions: parts.into_iter().map(|(p,)| p).collect(),
-        }))
+        Ok(Some(TaskLatest { batch_id, dataset, partitions: parts.into_iter().map(|(p,)| p).collect() }))
     }
 
-    async fn record_written(
-        &self,
-        batch_id: &str,
-        partitions: Vec<(PartitionSpec, i64)>,
-    ) -> Result<BatchRecord> {
+    async fn record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord> {
         self.do_record_written(batch_id, partitions).await
     }
 
@@ -358,31 +301,15 @@ impl Store for SqlStore {
         self.do_webhook_failed(id, error, retry_at).await
     }
 
-    async fn invalidate_partition(
-        &self,
-        dataset: &str,
-        partition: &str,
-        reason: &str,
-    ) -> Result<()> {
+    async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
         self.do_invalidate(dataset, partition, reason).await
     }
 
-    async fn list_changes(
-        &self,
-        after: i64,
-        dataset: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<ChangeRecord>> {
+    async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>> {
         self.do_list_changes(after, dataset, limit).await
     }
 
-    async fn lineage(
-        &self,
-        dataset: &str,
-        partition: &str,
-        direction: Direction,
-        depth: u32,
-    ) -> Result<LineageGraph> {
+    async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
         self.do_lineage(dataset, partition, direction, depth).await
     }
 

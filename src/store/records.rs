@@ -12,8 +12,7 @@ use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 
 /// Parses an enum column; the database only ever holds values this build wrote.
 pub(super) fn parse_col<T: std::str::FromStr<Err = String>>(s: &str) -> T {
-    s.parse()
-        .unwrap_or_else(|e| panic!("registry holds an unknown value: {e}"))
+    s.parse().unwrap_or_else(|e| panic!("registry holds an unknown value: {e}"))
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -185,10 +184,7 @@ impl BatchRecord {
                 .collect(),
             marker: b.marker,
             source: b.source.map(|j| j.0),
-            checks: b
-                .checks
-                .map(|j| j.0)
-                .unwrap_or_else(|| Value::Array(vec![])),
+            checks: b.checks.map(|j| j.0).unwrap_or_else(|| Value::Array(vec![])),
             failure,
             superseded_by: b.superseded_by,
             written_at: b.written_at,
@@ -196,13 +192,7 @@ impl BatchRecord {
             allow_unready_inputs: b.allow_unready_inputs,
             repair_id: b.repair_id,
             events: events.map(|es| {
-                es.into_iter()
-                    .map(|e| Event {
-                        kind: e.kind,
-                        at: e.at,
-                        detail: e.detail.map(|j| j.0),
-                    })
-                    .collect()
+                es.into_iter().map(|e| Event { kind: e.kind, at: e.at, detail: e.detail.map(|j| j.0) }).collect()
             }),
         }
     }

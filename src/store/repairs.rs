@@ -10,7 +10,7 @@ use sqlx::types::Json;
 
 use super::batches::load_policy;
 use super::db::{args, Conn};
-use super::lineage::{inputs_of, walk, Direction};
+use super::lineage::{inputs_of, walk, Direction, DOWNSTREAM_DEPTH};
 use super::SqlStore;
 use crate::domain::batch::{BatchState, FailStage};
 use crate::domain::checks::median;
@@ -26,9 +26,6 @@ pub struct NewRepair {
     pub action: RepairAction,
     pub reason: String,
 }
-
-/// How far down a repair looks for partitions built on the repaired ones.
-const DOWNSTREAM_DEPTH: u32 = 20;
 
 #[derive(Debug, sqlx::FromRow)]
 struct Current {
@@ -88,14 +85,9 @@ impl SqlStore {
         let dataset = r.dataset.as_str();
         let mut tx = self.begin_write().await?;
         let mut c = tx.conn();
-        let exists: Option<(String,)> = c
-            .opt("SELECT name FROM datasets WHERE name = $1", args![dataset])
-            .await?;
+        let exists: Option<(String,)> = c.opt("SELECT name FROM datasets WHERE name = $1", args![dataset]).await?;
         if exists.is_none() {
-            return Err(Error::not_found(
-                "dataset_not_found",
-                format!("no dataset {dataset:?}"),
-            ));
+            return Err(Error::not_found("dataset_not_found", format!("no dataset {dataset:?}")));
         }
         let policy = load_policy(&mut c, dataset).await?.policy();
         let mut partitions = Vec::new();
@@ -168,7 +160,8 @@ impl SqlStore {
             let b = boundary(&attempts, any_stale);
             let retry_boundary = json!({"state": b, "latest_batch_id": rows.first().map(|r| &r.0),
                 "recommended_action": recommend(b, policy.write_mode)});
-            partitions.push(json!({"partition": p, "scope": scope, "identity": identity, "retry_boundary": retry_boundary}));
+            partitions
+                .push(json!({"partition": p, "scope": scope, "identity": identity, "retry_boundary": retry_boundary}));
         }
         let mut plan = json!({"dataset": dataset, "action": r.action, "reason": r.reason, "created_at": now,
             "partitions": partitions, "downstream": downstream.into_values().collect::<Vec<_>>()});
@@ -190,12 +183,8 @@ impl SqlStore {
     pub(super) async fn do_get_repair(&self, id: i64) -> Result<Option<Value>> {
         let mut r = self.read().await?;
         let mut c = r.conn();
-        let row: Option<(String, Json<Value>, DateTime<Utc>)> = c
-            .opt(
-                "SELECT dataset, plan, created_at FROM repairs WHERE id = $1",
-                args![id],
-            )
-            .await?;
+        let row: Option<(String, Json<Value>, DateTime<Utc>)> =
+            c.opt("SELECT dataset, plan, created_at FROM repairs WHERE id = $1", args![id]).await?;
         let Some((dataset, Json(mut plan), created_at)) = row else {
             return Ok(None);
         };
@@ -214,10 +203,8 @@ impl SqlStore {
                 .await?;
             any_batch |= !linked.is_empty();
             let cur = current(&mut c, &dataset, &p).await?;
-            let published: Vec<&(String, String, Option<Json<Value>>)> = linked
-                .iter()
-                .filter(|(_, s, _)| s == "published" || s == "superseded")
-                .collect();
+            let published: Vec<&(String, String, Option<Json<Value>>)> =
+                linked.iter().filter(|(_, s, _)| s == "published" || s == "superseded").collect();
 
             // Rebuilt twice from the same inputs: the numbers must not move.
             let mut runs = Vec::new();
@@ -230,8 +217,7 @@ impl SqlStore {
                     .collect::<Vec<_>>());
                 runs.push(n);
             }
-            let rebuilt_identically =
-                (runs.len() >= 2).then(|| runs.windows(2).all(|w| w[0] == w[1]));
+            let rebuilt_identically = (runs.len() >= 2).then(|| runs.windows(2).all(|w| w[0] == w[1]));
 
             let after = published.last();
             let after_counts = match after {
@@ -241,11 +227,7 @@ impl SqlStore {
             let source = after
                 .and_then(|(_, _, checks)| checks.as_ref())
                 .and_then(|cs| {
-                    cs.0.as_array().and_then(|a| {
-                        a.iter()
-                            .find(|c| c["name"] == "source_reconciliation")
-                            .cloned()
-                    })
+                    cs.0.as_array().and_then(|a| a.iter().find(|c| c["name"] == "source_reconciliation").cloned())
                 })
                 .unwrap_or(Value::Null);
             let baseline = match &cur {
@@ -262,9 +244,7 @@ impl SqlStore {
                 None => None,
             };
             let done = match (&cur, after) {
-                (Some(x), Some((b, _, _))) => {
-                    x.fresh() && x.published_batch_id.as_deref() == Some(b.as_str())
-                }
+                (Some(x), Some((b, _, _))) => x.fresh() && x.published_batch_id.as_deref() == Some(b.as_str()),
                 _ => false,
             };
             all_done &= done;
@@ -281,22 +261,13 @@ impl SqlStore {
         }
         let mut downstream = Vec::new();
         for d in plan["downstream"].as_array().cloned().unwrap_or_default() {
-            let (ds, p) = (
-                d["dataset"].as_str().unwrap_or_default(),
-                d["partition"].as_str().unwrap_or_default(),
-            );
+            let (ds, p) = (d["dataset"].as_str().unwrap_or_default(), d["partition"].as_str().unwrap_or_default());
             let cur = current(&mut c, ds, p).await?;
             let fresh = cur.as_ref().is_some_and(Current::fresh);
-            let recomputed = fresh
-                && cur
-                    .as_ref()
-                    .and_then(|x| x.published_at)
-                    .is_some_and(|t| t >= created_at);
+            let recomputed = fresh && cur.as_ref().and_then(|x| x.published_at).is_some_and(|t| t >= created_at);
             all_done &= fresh;
-            downstream.push(
-                json!({"dataset": ds, "partition": p, "stale": !fresh, "recomputed": recomputed,
-                "state": cur.as_ref().map_or("no_batch".to_owned(), |x| x.state.clone())}),
-            );
+            downstream.push(json!({"dataset": ds, "partition": p, "stale": !fresh, "recomputed": recomputed,
+                "state": cur.as_ref().map_or("no_batch".to_owned(), |x| x.state.clone())}));
         }
         plan["id"] = json!(id);
         plan["state"] = json!(if all_done && any_batch {
@@ -311,13 +282,8 @@ impl SqlStore {
     }
 }
 
-async fn load_policy_opt(
-    c: &mut Conn<'_>,
-    dataset: &str,
-) -> Result<Option<crate::domain::policy::DatasetPolicy>> {
-    let exists: Option<(String,)> = c
-        .opt("SELECT name FROM datasets WHERE name = $1", args![dataset])
-        .await?;
+async fn load_policy_opt(c: &mut Conn<'_>, dataset: &str) -> Result<Option<crate::domain::policy::DatasetPolicy>> {
+    let exists: Option<(String,)> = c.opt("SELECT name FROM datasets WHERE name = $1", args![dataset]).await?;
     Ok(match exists {
         Some(_) => Some(load_policy(c, dataset).await?.policy()),
         None => None,

@@ -54,23 +54,15 @@ impl SqlStore {
                 ));
             }
         }
-        c.exec(
-            "UPDATE batches SET written_at = $2 WHERE batch_id = $1",
-            args![batch_id, now],
-        )
-        .await?;
-        let detail: Vec<_> = partitions
-            .iter()
-            .map(|(p, n)| json!({"partition": p.as_str(), "rows_written": n}))
-            .collect();
+        c.exec("UPDATE batches SET written_at = $2 WHERE batch_id = $1", args![batch_id, now]).await?;
+        let detail: Vec<_> =
+            partitions.iter().map(|(p, n)| json!({"partition": p.as_str(), "rows_written": n})).collect();
         c.exec(
             "INSERT INTO batch_events (batch_id, kind, at, detail) VALUES ($1, 'written', $2, $3)",
             args![batch_id, now, json!({"partitions": detail})],
         )
         .await?;
-        let record = load_record(&mut c, batch_id)
-            .await?
-            .ok_or_else(|| not_found(batch_id))?;
+        let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
         tx.commit().await?;
         Ok(record)
     }
@@ -96,14 +88,7 @@ impl SqlStore {
             }
             let policy = load_policy(&mut c, &dataset).await?.policy();
             let parts = self.abandon(&mut c, &b, None, &policy, now).await?;
-            self.finish(
-                tx,
-                vec![Change {
-                    dataset,
-                    partitions: Some(parts),
-                }],
-            )
-            .await?;
+            self.finish(tx, vec![Change { dataset, partitions: Some(parts) }]).await?;
             abandoned.push(batch_id);
         }
         Ok(abandoned)
@@ -113,9 +98,7 @@ impl SqlStore {
         let now = self.now();
         let datasets: Vec<DatasetRow> = {
             let mut r = self.read().await?;
-            let sql = format!(
-                "SELECT {DATASET_COLUMNS} FROM datasets WHERE deadline IS NOT NULL ORDER BY name"
-            );
+            let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets WHERE deadline IS NOT NULL ORDER BY name");
             r.conn().all(&sql, args![]).await?
         };
         let mut raised = 0;
@@ -172,17 +155,10 @@ impl SqlStore {
                         "{} {dt} was due by {} and is not published: {}",
                         ds.name,
                         due.to_rfc3339(),
-                        blocked
-                            .iter()
-                            .map(|(p, s)| format!("{p} is {s}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        blocked.iter().map(|(p, s)| format!("{p} is {s}")).collect::<Vec<_>>().join(", ")
                     ),
                 };
-                if alerts::raise(&mut c, alert, &self.webhooks(&policy), now)
-                    .await?
-                    .is_some()
-                {
+                if alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?.is_some() {
                     raised += 1;
                 }
                 tx.commit().await?;
@@ -194,12 +170,7 @@ impl SqlStore {
     pub(super) async fn do_list_alerts(&self, q: &AlertQuery) -> Result<Page<AlertRecord>> {
         let mut clauses = Vec::new();
         let mut a: Vec<Arg> = Vec::new();
-        for (col, v) in [
-            ("state", &q.state),
-            ("dataset", &q.dataset),
-            ("severity", &q.severity),
-            ("kind", &q.kind),
-        ] {
+        for (col, v) in [("state", &q.state), ("dataset", &q.dataset), ("severity", &q.severity), ("kind", &q.kind)] {
             if let Some(v) = v {
                 a.push(v.into());
                 clauses.push(format!("{col} = ${}", a.len()));
@@ -209,15 +180,8 @@ impl SqlStore {
             a.push(id.into());
             clauses.push(format!("id < ${}", a.len()));
         }
-        let filter = if clauses.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", clauses.join(" AND "))
-        };
-        let sql = format!(
-            "SELECT {ALERT_COLUMNS} FROM alerts {filter} ORDER BY id DESC LIMIT {}",
-            q.limit + 1
-        );
+        let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
+        let sql = format!("SELECT {ALERT_COLUMNS} FROM alerts {filter} ORDER BY id DESC LIMIT {}", q.limit + 1);
         let mut r = self.read().await?;
         let mut items: Vec<AlertRecord> = r.conn().all(&sql, a).await?;
         let more = items.len() as i64 > q.limit;
@@ -267,12 +231,7 @@ impl SqlStore {
         Ok(())
     }
 
-    pub(super) async fn do_webhook_failed(
-        &self,
-        id: i64,
-        error: &str,
-        retry_at: DateTime<Utc>,
-    ) -> Result<()> {
+    pub(super) async fn do_webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()> {
         let mut r = self.read().await?;
         r.conn()
             .exec(

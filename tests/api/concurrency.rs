@@ -24,10 +24,7 @@ async fn fire(
     join_all((0..n).map(|i| {
         let app = apps[i % apps.len()];
         let p = partition(i);
-        async move {
-            app.start("load_orders", "ods.orders", "2026-08-24", &[&p])
-                .await
-        }
+        async move { app.start("load_orders", "ods.orders", "2026-08-24", &[&p]).await }
     }))
     .await
 }
@@ -40,23 +37,13 @@ fn assert_gap_free(results: &[(StatusCode, serde_json::Value)]) {
             b["seq"].as_i64().unwrap()
         })
         .collect();
-    assert_eq!(
-        seqs,
-        (1..=results.len() as i64).collect::<BTreeSet<_>>(),
-        "distinct and gap-free"
-    );
-    let ids: BTreeSet<&str> = results
-        .iter()
-        .map(|(_, b)| b["batch_id"].as_str().unwrap())
-        .collect();
+    assert_eq!(seqs, (1..=results.len() as i64).collect::<BTreeSet<_>>(), "distinct and gap-free");
+    let ids: BTreeSet<&str> = results.iter().map(|(_, b)| b["batch_id"].as_str().unwrap()).collect();
     assert_eq!(ids.len(), results.len());
 }
 
 fn assert_exactly_one(results: &[(StatusCode, serde_json::Value)]) {
-    let created = results
-        .iter()
-        .filter(|(s, _)| *s == StatusCode::CREATED)
-        .count();
+    let created = results.iter().filter(|(s, _)| *s == StatusCode::CREATED).count();
     assert_eq!(created, 1, "exactly one start wins");
     for (s, b) in results.iter().filter(|(s, _)| *s != StatusCode::CREATED) {
         assert_eq!(*s, StatusCode::CONFLICT, "{b}");
@@ -85,10 +72,7 @@ async fn two_postgres_instances_share_one_sequence_and_one_lock() {
 
     let results = join_all((0..50).map(|i| {
         let app = if i % 2 == 0 { &a } else { &b };
-        async move {
-            app.start("other_task", "ods.orders", "2026-08-25", &["dt=2026-08-25"])
-                .await
-        }
+        async move { app.start("other_task", "ods.orders", "2026-08-25", &["dt=2026-08-25"]).await }
     }))
     .await;
     assert_exactly_one(&results);

@@ -21,19 +21,9 @@ struct Server {
 
 impl Server {
     async fn start(db: &TestDb) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new(env!("CARGO_BIN_EXE_batchgate"))
-            .args([
-                "serve",
-                "--db",
-                &db.url,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
+            .args(["serve", "--db", &db.url, "--listen", &format!("127.0.0.1:{port}")])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -41,11 +31,7 @@ impl Server {
             .expect("spawn batchgate");
         let base = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while reqwest::get(format!("{base}/healthz"))
-            .await
-            .map(|r| r.status() != StatusCode::OK)
-            .unwrap_or(true)
-        {
+        while reqwest::get(format!("{base}/healthz")).await.map(|r| r.status() != StatusCode::OK).unwrap_or(true) {
             assert!(Instant::now() < deadline, "batchgate did not come up");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -105,41 +91,18 @@ async fn killed_mid_stream_loses_nothing(backend: Backend) {
         w.await.unwrap();
     }
     let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(
-        acknowledged.len() >= 40,
-        "the stream was running when the process died"
-    );
+    assert!(acknowledged.len() >= 40, "the stream was running when the process died");
 
     let server = Server::start(&db).await;
     for (id, version) in &acknowledged {
-        let rec: Value = client
-            .get(format!("{}/v1/batches/{id}", server.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(
-            rec["state"], "published",
-            "acknowledged commit {id} lost: {rec}"
-        );
+        let rec: Value =
+            client.get(format!("{}/v1/batches/{id}", server.base)).send().await.unwrap().json().await.unwrap();
+        assert_eq!(rec["state"], "published", "acknowledged commit {id} lost: {rec}");
         assert_eq!(rec["partitions"][0]["version"], *version);
         let p = rec["partitions"][0]["partition"].as_str().unwrap();
-        let ready = client
-            .get(format!(
-                "{}/ready?dataset=d.crash&partition={}",
-                server.base,
-                enc(p)
-            ))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            ready.status(),
-            StatusCode::OK,
-            "{id} is not ready after the restart"
-        );
+        let ready =
+            client.get(format!("{}/ready?dataset=d.crash&partition={}", server.base, enc(p))).send().await.unwrap();
+        assert_eq!(ready.status(), StatusCode::OK, "{id} is not ready after the restart");
     }
     // No batch is half-written: each batch's partitions agree with the batch,
     // and each partition's standing agrees with its batch.
@@ -147,10 +110,7 @@ async fn killed_mid_stream_loses_nothing(backend: Backend) {
     let mut seen = 0;
     loop {
         let page: Value = client
-            .get(format!(
-                "{}/v1/batches?dataset=d.crash&limit=500{cursor}",
-                server.base
-            ))
+            .get(format!("{}/v1/batches?dataset=d.crash&limit=500{cursor}", server.base))
             .send()
             .await
             .unwrap()
@@ -162,39 +122,16 @@ async fn killed_mid_stream_loses_nothing(backend: Backend) {
             let state = b["state"].as_str().unwrap();
             assert!(state == "published" || state == "running", "{b}");
             for p in b["partitions"].as_array().unwrap() {
-                assert_eq!(
-                    p["status"], state,
-                    "batch and task_produce_log disagree: {b}"
-                );
+                assert_eq!(p["status"], state, "batch and task_produce_log disagree: {b}");
                 assert_eq!(p["version"].is_i64(), state == "published", "{b}");
-                assert_eq!(
-                    p["row_count"].is_i64(),
-                    state == "published",
-                    "counts without a decision: {b}"
-                );
+                assert_eq!(p["row_count"].is_i64(), state == "published", "counts without a decision: {b}");
             }
             let p = b["partitions"][0]["partition"].as_str().unwrap();
-            let (status, want) = if state == "published" {
-                (StatusCode::OK, true)
-            } else {
-                (StatusCode::NOT_FOUND, false)
-            };
-            let r = client
-                .get(format!(
-                    "{}/ready?dataset=d.crash&partition={}",
-                    server.base,
-                    enc(p)
-                ))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(
-                r.status(),
-                status,
-                "partition of {} answers {} (ready {want})",
-                b["batch_id"],
-                r.status()
-            );
+            let (status, want) =
+                if state == "published" { (StatusCode::OK, true) } else { (StatusCode::NOT_FOUND, false) };
+            let r =
+                client.get(format!("{}/ready?dataset=d.crash&partition={}", server.base, enc(p))).send().await.unwrap();
+            assert_eq!(r.status(), status, "partition of {} answers {} (ready {want})", b["batch_id"], r.status());
         }
         match page["next_cursor"].as_str() {
             Some(c) => cursor = format!("&cursor={}", enc(c)),

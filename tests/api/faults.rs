@@ -6,10 +6,7 @@ use reqwest::StatusCode;
 use crate::helpers::{clean, Backend, TestApp};
 use crate::on_both_backends;
 
-on_both_backends!(
-    a_fault_mid_commit_rolls_the_whole_commit_back,
-    health_reports_the_backend
-);
+on_both_backends!(a_fault_mid_commit_rolls_the_whole_commit_back, health_reports_the_backend);
 
 async fn inject_fault(app: &TestApp) {
     app.sql(match app.backend {
@@ -26,32 +23,20 @@ async fn inject_fault(app: &TestApp) {
 }
 
 async fn a_fault_mid_commit_rolls_the_whole_commit_back(app: TestApp) {
-    app.publish("t", "d.f", "2026-08-23", "dt=2026-08-23", 10)
-        .await;
-    let id = app
-        .start_ok("t", "d.f", "2026-08-24", &["dt=2026-08-24"])
-        .await;
+    app.publish("t", "d.f", "2026-08-23", "dt=2026-08-23", 10).await;
+    let id = app.start_ok("t", "d.f", "2026-08-24", &["dt=2026-08-24"]).await;
     let (_, before) = app.get(&format!("/v1/batches/{id}")).await;
     inject_fault(&app).await;
 
     let (status, err) = app.commit(&id, &clean("dt=2026-08-24", 10)).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{err}");
     assert_eq!(err["error"]["code"], "storage_error");
-    assert!(
-        !err.to_string().contains("injected"),
-        "internal details stay in the log: {err}"
-    );
+    assert!(!err.to_string().contains("injected"), "internal details stay in the log: {err}");
 
     let (_, after) = app.get(&format!("/v1/batches/{id}")).await;
-    assert_eq!(
-        after, before,
-        "no half-written batch: state, counts and events as before"
-    );
+    assert_eq!(after, before, "no half-written batch: state, counts and events as before");
     let (status, ready) = app.ready("d.f", &["dt=2026-08-24"]).await;
-    assert_eq!(
-        (status, ready["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("running"))
-    );
+    assert_eq!((status, ready["reason"].as_str()), (StatusCode::NOT_FOUND, Some("running")));
 
     app.sql(match app.backend {
         Backend::Sqlite => "DROP TRIGGER inject_fault",

@@ -22,8 +22,7 @@ pub enum Backend {
 }
 
 pub fn admin_url() -> String {
-    std::env::var("BATCHGATE_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    std::env::var("BATCHGATE_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 fn postgres_required() -> bool {
@@ -45,11 +44,7 @@ impl TestDb {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("temp dir");
                 let url = format!("sqlite://{}", dir.path().join("registry.db").display());
-                Some(Self {
-                    url,
-                    pg_name: None,
-                    _dir: Some(dir),
-                })
+                Some(Self { url, pg_name: None, _dir: Some(dir) })
             }
             Backend::Postgres => {
                 let admin = admin_url();
@@ -61,22 +56,14 @@ impl TestDb {
                         );
                         return None;
                     }
-                    Err(e) => panic!("PostgreSQL is required (CI/BATCHGATE_REQUIRE_POSTGRES) but {admin} is unreachable: {e}"),
+                    Err(e) => {
+                        panic!("PostgreSQL is required (CI/BATCHGATE_REQUIRE_POSTGRES) but {admin} is unreachable: {e}")
+                    }
                 };
                 let name = format!("bg_test_{}", uuid::Uuid::new_v4().simple());
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&mut conn)
-                    .await
-                    .expect("create test database");
-                let base = admin
-                    .rsplit_once('/')
-                    .map(|(b, _)| b.to_owned())
-                    .unwrap_or(admin.clone());
-                Some(Self {
-                    url: format!("{base}/{name}"),
-                    pg_name: Some(name),
-                    _dir: None,
-                })
+                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create test database");
+                let base = admin.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(admin.clone());
+                Some(Self { url: format!("{base}/{name}"), pg_name: Some(name), _dir: None })
             }
         }
     }
@@ -89,15 +76,10 @@ impl Drop for TestDb {
         };
         // Drop is synchronous; run the DROP on a runtime of its own.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             rt.block_on(async {
                 if let Ok(mut c) = sqlx::PgConnection::connect(&admin_url()).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut c)
-                        .await;
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut c).await;
                 }
             });
         })
@@ -133,23 +115,12 @@ impl TestApp {
 
     /// Another instance on the same database (replicas behind a load balancer).
     pub async fn replica(&self) -> Self {
-        Self::spawn_on(
-            self.backend,
-            self.db.clone(),
-            self.clock.clone(),
-            self.webhook_url.clone(),
-        )
-        .await
+        Self::spawn_on(self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone()).await
     }
 
     /// A fresh instance on the same database and clock, after this one stopped.
     pub async fn restart(self) -> Self {
-        let (backend, db, clock, hook) = (
-            self.backend,
-            self.db.clone(),
-            self.clock.clone(),
-            self.webhook_url.clone(),
-        );
+        let (backend, db, clock, hook) = (self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone());
         drop(self);
         Self::spawn_on(backend, db, clock, hook).await
     }
@@ -159,12 +130,7 @@ impl TestApp {
         self.scanner.run_once().await
     }
 
-    async fn spawn_on(
-        backend: Backend,
-        db: Arc<TestDb>,
-        clock: Arc<ManualClock>,
-        webhook_url: Option<String>,
-    ) -> Self {
+    async fn spawn_on(backend: Backend, db: Arc<TestDb>, clock: Arc<ManualClock>, webhook_url: Option<String>) -> Self {
         let settings = Settings {
             database_url: db.url.clone(),
             max_connections: 8,
@@ -172,13 +138,9 @@ impl TestApp {
             webhook_url: webhook_url.clone(),
             webhook_backoff: Duration::from_secs(1),
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>)
-            .await
-            .expect("build app");
+        let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>).await.expect("build app");
         let scanner = app.scanner.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -189,28 +151,11 @@ impl TestApp {
                 .await
                 .expect("serve");
         });
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .build()
-            .expect("client");
-        Self {
-            base: format!("http://{addr}"),
-            client,
-            clock,
-            backend,
-            db,
-            scanner,
-            webhook_url,
-            shutdown: Some(tx),
-        }
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
+        Self { base: format!("http://{addr}"), client, clock, backend, db, scanner, webhook_url, shutdown: Some(tx) }
     }
 
-    pub async fn request(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> (StatusCode, Value) {
+    pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
         let mut req = self.client.request(method, format!("{}{path}", self.base));
         if let Some(b) = body {
             req = req.json(b);
@@ -218,8 +163,7 @@ impl TestApp {
         let resp = req.send().await.expect("request");
         let status = resp.status();
         let text = resp.text().await.expect("body");
-        let value = serde_json::from_str(&text)
-            .unwrap_or_else(|_| panic!("non-JSON body for {path}: {text:?}"));
+        let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body for {path}: {text:?}"));
         (status, value)
     }
 
@@ -232,11 +176,7 @@ impl TestApp {
     }
 
     /// Posts raw bytes (for malformed bodies).
-    pub async fn post_raw(
-        &self,
-        path: &str,
-        body: impl Into<reqwest::Body>,
-    ) -> (StatusCode, Value) {
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
         let resp = self
             .client
             .post(format!("{}{path}", self.base))
@@ -249,36 +189,19 @@ impl TestApp {
         (status, resp.json().await.expect("JSON body"))
     }
 
-    pub async fn start(
-        &self,
-        task: &str,
-        dataset: &str,
-        dt: &str,
-        partitions: &[&str],
-    ) -> (StatusCode, Value) {
-        self.post(
-            "/v1/batches",
-            &json!({"task": task, "dataset": dataset, "dt": dt, "partitions": partitions}),
-        )
-        .await
+    pub async fn start(&self, task: &str, dataset: &str, dt: &str, partitions: &[&str]) -> (StatusCode, Value) {
+        self.post("/v1/batches", &json!({"task": task, "dataset": dataset, "dt": dt, "partitions": partitions})).await
     }
 
     /// Starts and expects 201; returns the batch id.
-    pub async fn start_ok(
-        &self,
-        task: &str,
-        dataset: &str,
-        dt: &str,
-        partitions: &[&str],
-    ) -> String {
+    pub async fn start_ok(&self, task: &str, dataset: &str, dt: &str, partitions: &[&str]) -> String {
         let (status, body) = self.start(task, dataset, dt, partitions).await;
         assert_eq!(status, StatusCode::CREATED, "start failed: {body}");
         body["batch_id"].as_str().expect("batch_id").to_owned()
     }
 
     pub async fn commit(&self, batch_id: &str, body: &Value) -> (StatusCode, Value) {
-        self.post(&format!("/v1/batches/{batch_id}/commit"), body)
-            .await
+        self.post(&format!("/v1/batches/{batch_id}/commit"), body).await
     }
 
     pub async fn ready(&self, dataset: &str, partitions: &[&str]) -> (StatusCode, Value) {
@@ -291,36 +214,18 @@ impl TestApp {
 
     /// The raw bytes of a `/ready` answer, for substring matching.
     pub async fn ready_text(&self, query: &str) -> (StatusCode, String) {
-        let resp = self
-            .client
-            .get(format!("{}/ready?{query}", self.base))
-            .send()
-            .await
-            .expect("request");
+        let resp = self.client.get(format!("{}/ready?{query}", self.base)).send().await.expect("request");
         (resp.status(), resp.text().await.expect("body"))
     }
 
     pub async fn put_dataset(&self, dataset: &str, policy: &Value) -> Value {
-        let (status, body) = self
-            .request(
-                reqwest::Method::PUT,
-                &format!("/v1/datasets/{dataset}"),
-                Some(policy),
-            )
-            .await;
+        let (status, body) = self.request(reqwest::Method::PUT, &format!("/v1/datasets/{dataset}"), Some(policy)).await;
         assert!(status.is_success(), "PUT dataset failed: {status} {body}");
         body
     }
 
     /// Starts a batch and commits clean evidence; returns the commit body.
-    pub async fn publish(
-        &self,
-        task: &str,
-        dataset: &str,
-        dt: &str,
-        partition: &str,
-        rows: u64,
-    ) -> Value {
+    pub async fn publish(&self, task: &str, dataset: &str, dt: &str, partition: &str, rows: u64) -> Value {
         let id = self.start_ok(task, dataset, dt, &[partition]).await;
         let (status, body) = self.commit(&id, &clean(partition, rows)).await;
         assert_eq!(status, StatusCode::OK, "commit failed: {body}");
@@ -330,15 +235,11 @@ impl TestApp {
     pub async fn sql(&self, statement: &str) {
         match self.backend {
             Backend::Sqlite => {
-                let mut c = sqlx::SqliteConnection::connect(&self.db.url)
-                    .await
-                    .expect("sqlite");
+                let mut c = sqlx::SqliteConnection::connect(&self.db.url).await.expect("sqlite");
                 sqlx::raw_sql(statement).execute(&mut c).await.expect("sql");
             }
             Backend::Postgres => {
-                let mut c = sqlx::PgConnection::connect(&self.db.url)
-                    .await
-                    .expect("postgres");
+                let mut c = sqlx::PgConnection::connect(&self.db.url).await.expect("postgres");
                 sqlx::raw_sql(statement).execute(&mut c).await.expect("sql");
             }
         }
@@ -428,10 +329,7 @@ impl Receiver {
             axum::routing::post(move |headers: HeaderMap, body: axum::Json<Value>| {
                 let log = log.clone();
                 async move {
-                    let key = headers
-                        .get("idempotency-key")
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned);
+                    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
                     let mut log = log.lock().unwrap();
                     log.push((key, body.0));
                     if log.len() <= fail_first {
@@ -442,9 +340,7 @@ impl Receiver {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Self { url, seen }

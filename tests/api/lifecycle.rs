@@ -46,10 +46,7 @@ async fn a_first_run_publishes_and_ready_flips(app: TestApp) {
     let id = started["batch_id"].as_str().unwrap();
 
     let (status, body) = app.ready(DS, &[P]).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("running"))
-    );
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("running")));
 
     let (status, record) = app.commit(id, &clean(P, 1_000_000)).await;
     assert_eq!(status, StatusCode::OK, "{record}");
@@ -57,9 +54,7 @@ async fn a_first_run_publishes_and_ready_flips(app: TestApp) {
     assert_eq!(record["partitions"][0]["version"], 1);
     assert_eq!(check(&record, "rows_match_written")["status"], "pass");
 
-    let (status, text) = app
-        .ready_text(&format!("dataset={DS}&partition=dt%3D2026-08-24"))
-        .await;
+    let (status, text) = app.ready_text(&format!("dataset={DS}&partition=dt%3D2026-08-24")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(text.contains(r#""ready":true"#), "{text}");
     let (_, ready) = app.ready(DS, &[P]).await;
@@ -74,12 +69,7 @@ async fn a_first_run_publishes_and_ready_flips(app: TestApp) {
     assert_eq!(history["items"][0]["state"], "published");
     assert_eq!(history["items"][0]["scope"]["timezone"], "Asia/Shanghai");
     let (_, one) = app.get(&format!("/v1/batches/{id}")).await;
-    let kinds: Vec<&str> = one["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["kind"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = one["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["started", "committed"]);
     assert_eq!(one["run_ref"], "scheduled__2026-08-25T00:00:00");
 }
@@ -97,10 +87,7 @@ async fn an_appended_second_copy_is_rejected_until_a_clean_rerun(app: TestApp) {
     assert_eq!(rejected["error"]["code"], "checks_failed");
     assert_eq!(rejected["state"], "rejected");
     assert_eq!(check(&rejected, "rows_match_written")["status"], "fail");
-    assert_eq!(
-        check(&rejected, "rows_match_written")["observed"],
-        1_920_000
-    );
+    assert_eq!(check(&rejected, "rows_match_written")["observed"], 1_920_000);
 
     let (status, body) = app.ready(DS, &[P]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -111,13 +98,8 @@ async fn an_appended_second_copy_is_rejected_until_a_clean_rerun(app: TestApp) {
 
     let (status, third) = app.start(TASK, DS, DT, &[P]).await;
     assert_eq!(status, StatusCode::CREATED);
-    assert_eq!(
-        third["residue"],
-        json!([{"batch_id": rerun, "state": "rejected", "partitions": [P]}])
-    );
-    let (status, record) = app
-        .commit(third["batch_id"].as_str().unwrap(), &clean(P, 1_000_000))
-        .await;
+    assert_eq!(third["residue"], json!([{"batch_id": rerun, "state": "rejected", "partitions": [P]}]));
+    let (status, record) = app.commit(third["batch_id"].as_str().unwrap(), &clean(P, 1_000_000)).await;
     assert_eq!(status, StatusCode::OK, "{record}");
     assert_eq!(record["partitions"][0]["version"], 2);
 
@@ -127,39 +109,26 @@ async fn an_appended_second_copy_is_rejected_until_a_clean_rerun(app: TestApp) {
     let (_, old) = app.get(&format!("/v1/batches/{first_id}")).await;
     assert_eq!(old["state"], "superseded");
     assert_eq!(old["superseded_by"], third["batch_id"]);
-    assert!(old["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|e| e["kind"] == "superseded"));
+    assert!(old["events"].as_array().unwrap().iter().any(|e| e["kind"] == "superseded"));
 }
 
 async fn seven_of_twelve_partitions_is_not_complete(app: TestApp) {
-    let hours: Vec<String> = (0..12)
-        .map(|h| format!("dt=2026-08-24/hh={h:02}"))
-        .collect();
+    let hours: Vec<String> = (0..12).map(|h| format!("dt=2026-08-24/hh={h:02}")).collect();
     let parts: Vec<&str> = hours.iter().map(String::as_str).collect();
     let id = app.start_ok("hourly", "dwd.events", DT, &parts).await;
-    let reported: Vec<_> =
-        hours[..7].iter().map(|p| json!({"partition": p, "rows_written": 10, "row_count": 10, "distinct_keys": 10, "null_keys": 0})).collect();
-    let (status, record) = app
-        .commit(&id, &json!({"marker": "m", "partitions": reported}))
-        .await;
+    let reported: Vec<_> = hours[..7]
+        .iter()
+        .map(|p| json!({"partition": p, "rows_written": 10, "row_count": 10, "distinct_keys": 10, "null_keys": 0}))
+        .collect();
+    let (status, record) = app.commit(&id, &json!({"marker": "m", "partitions": reported})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     let c = check(&record, "partitions_complete");
     assert_eq!(c["status"], "fail");
     assert_eq!(c["observed"]["missing"].as_array().unwrap().len(), 5);
     let (status, body) = app.ready("dwd.events", &parts).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("rejected"))
-    );
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("rejected")));
     let (status, _) = app.ready("dwd.events", &[parts[0]]).await;
-    assert_eq!(
-        status,
-        StatusCode::NOT_FOUND,
-        "a reported partition of a rejected batch is not ready either"
-    );
+    assert_eq!(status, StatusCode::NOT_FOUND, "a reported partition of a rejected batch is not ready either");
 }
 
 async fn a_lost_commit_acknowledgement_is_answered_the_same(app: TestApp) {
@@ -168,25 +137,15 @@ async fn a_lost_commit_acknowledgement_is_answered_the_same(app: TestApp) {
     let (s1, first) = app.commit(&id, &body).await;
     let (s2, again) = app.commit(&id, &body).await;
     assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK));
-    assert_eq!(
-        first, again,
-        "a repeated commit must return the identical body"
-    );
+    assert_eq!(first, again, "a repeated commit must return the identical body");
     let (_, ready) = app.ready(DS, &[P]).await;
-    assert_eq!(
-        ready["partitions"][0]["version"], 1,
-        "the version moved by one, not two"
-    );
+    assert_eq!(ready["partitions"][0]["version"], 1, "the version moved by one, not two");
 
     let (status, err) = app.commit(&id, &clean(P, 501)).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(err["error"]["code"], "already_decided");
-    let (status, err) = app
-        .post(
-            &format!("/v1/batches/{id}/fail"),
-            &json!({"stage": "write", "category": "unknown"}),
-        )
-        .await;
+    let (status, err) =
+        app.post(&format!("/v1/batches/{id}/fail"), &json!({"stage": "write", "category": "unknown"})).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(err["error"]["code"], "already_decided");
     let (_, ready) = app.ready(DS, &[P]).await;
@@ -194,17 +153,10 @@ async fn a_lost_commit_acknowledgement_is_answered_the_same(app: TestApp) {
 
     // A rejected commit replays as the same 422.
     let id2 = app.start_ok(TASK, DS, DT, &[P]).await;
-    let bad =
-        json!({"marker": "", "partitions": [{"partition": P, "rows_written": 1, "row_count": 1}]});
+    let bad = json!({"marker": "", "partitions": [{"partition": P, "rows_written": 1, "row_count": 1}]});
     let (a, ra) = app.commit(&id2, &bad).await;
     let (b, rb) = app.commit(&id2, &bad).await;
-    assert_eq!(
-        (a, b),
-        (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            StatusCode::UNPROCESSABLE_ENTITY
-        )
-    );
+    assert_eq!((a, b), (StatusCode::UNPROCESSABLE_ENTITY, StatusCode::UNPROCESSABLE_ENTITY));
     assert_eq!(ra, rb);
 }
 
@@ -217,11 +169,7 @@ async fn a_failure_before_writing_keeps_the_earlier_version_ready(app: TestApp) 
     assert_eq!(record["state"], "failed");
     assert_eq!(record["failure"]["stage"], "read");
     let (again, same) = app.post(&format!("/v1/batches/{id}/fail"), &fail).await;
-    assert_eq!(
-        (again, &same),
-        (StatusCode::OK, &record),
-        "fail is idempotent"
-    );
+    assert_eq!((again, &same), (StatusCode::OK, &record), "fail is idempotent");
     let (status, ready) = app.ready(DS, &[P]).await;
     assert_eq!(status, StatusCode::OK, "{ready}");
     assert_eq!(ready["partitions"][0]["version"], 1);
@@ -232,44 +180,24 @@ async fn a_failure_before_writing_keeps_the_earlier_version_ready(app: TestApp) 
 async fn a_failure_while_writing_hides_the_earlier_version(app: TestApp) {
     app.publish(TASK, DS, DT, P, 100).await;
     let id = app.start_ok(TASK, DS, DT, &[P]).await;
-    let (status, _) = app
-        .post(
-            &format!("/v1/batches/{id}/fail"),
-            &json!({"stage": "write", "category": "partial_write"}),
-        )
-        .await;
+    let (status, _) =
+        app.post(&format!("/v1/batches/{id}/fail"), &json!({"stage": "write", "category": "partial_write"})).await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = app.ready(DS, &[P]).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("failed"))
-    );
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("failed")));
     assert_eq!(body["last_published"]["version"], 1);
     // A later read failure does not make the half-written table ready again.
     let id3 = app.start_ok(TASK, DS, DT, &[P]).await;
-    app.post(
-        &format!("/v1/batches/{id3}/fail"),
-        &json!({"stage": "compute"}),
-    )
-    .await;
+    app.post(&format!("/v1/batches/{id3}/fail"), &json!({"stage": "compute"})).await;
     let (status, body) = app.ready(DS, &[P]).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("failed"))
-    );
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("failed")));
     let (_, next) = app.start(TASK, DS, DT, &[P]).await;
-    assert_eq!(
-        next["residue"],
-        json!([{"batch_id": id, "state": "failed", "partitions": [P]}])
-    );
+    assert_eq!(next["residue"], json!([{"batch_id": id, "state": "failed", "partitions": [P]}]));
 }
 
 async fn an_expired_lease_is_abandoned_by_the_next_start(app: TestApp) {
     let first = app
-        .post(
-            "/v1/batches",
-            &json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": [P], "lease_seconds": 60}),
-        )
+        .post("/v1/batches", &json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": [P], "lease_seconds": 60}))
         .await
         .1;
     let first_id = first["batch_id"].as_str().unwrap();
@@ -281,10 +209,7 @@ async fn an_expired_lease_is_abandoned_by_the_next_start(app: TestApp) {
     app.clock.advance(chrono::Duration::seconds(61));
     let (status, second) = app.start(TASK, DS, DT, &[P]).await;
     assert_eq!(status, StatusCode::CREATED, "{second}");
-    assert_eq!(
-        second["residue"],
-        json!([{"batch_id": first_id, "state": "abandoned", "partitions": [P]}])
-    );
+    assert_eq!(second["residue"], json!([{"batch_id": first_id, "state": "abandoned", "partitions": [P]}]));
     let (_, old) = app.get(&format!("/v1/batches/{first_id}")).await;
     assert_eq!(old["state"], "abandoned");
     let (status, late) = app.commit(first_id, &clean(P, 1)).await;
@@ -294,52 +219,28 @@ async fn an_expired_lease_is_abandoned_by_the_next_start(app: TestApp) {
 
 async fn heartbeats_extend_the_lease(app: TestApp) {
     let started = app
-        .post(
-            "/v1/batches",
-            &json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": [P], "lease_seconds": 60}),
-        )
+        .post("/v1/batches", &json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": [P], "lease_seconds": 60}))
         .await
         .1;
     let id = started["batch_id"].as_str().unwrap();
     app.clock.advance(chrono::Duration::seconds(50));
-    let (status, lease) = app
-        .post(&format!("/v1/batches/{id}/heartbeat"), &json!({}))
-        .await;
+    let (status, lease) = app.post(&format!("/v1/batches/{id}/heartbeat"), &json!({})).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(
-        lease["lease_expires_at"].as_str().unwrap() > started["lease_expires_at"].as_str().unwrap()
-    );
+    assert!(lease["lease_expires_at"].as_str().unwrap() > started["lease_expires_at"].as_str().unwrap());
     app.clock.advance(chrono::Duration::seconds(50));
     let (status, _) = app.start(TASK, DS, DT, &[P]).await;
-    assert_eq!(
-        status,
-        StatusCode::CONFLICT,
-        "the heartbeat kept the lease alive"
-    );
+    assert_eq!(status, StatusCode::CONFLICT, "the heartbeat kept the lease alive");
     app.commit(id, &clean(P, 5)).await;
-    let (status, err) = app
-        .post(&format!("/v1/batches/{id}/heartbeat"), &json!({}))
-        .await;
-    assert_eq!(
-        (status, err["error"]["code"].as_str()),
-        (StatusCode::CONFLICT, Some("batch_not_running"))
-    );
+    let (status, err) = app.post(&format!("/v1/batches/{id}/heartbeat"), &json!({})).await;
+    assert_eq!((status, err["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("batch_not_running")));
     let (_, record) = app.get(&format!("/v1/batches/{id}")).await;
-    assert!(record["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|e| e["kind"] == "heartbeat"));
+    assert!(record["events"].as_array().unwrap().iter().any(|e| e["kind"] == "heartbeat"));
 }
 
 async fn idempotency_keys_return_the_same_batch(app: TestApp) {
     let body = json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": [P]});
     let send = |b: serde_json::Value| {
-        let req = app
-            .client
-            .post(format!("{}/v1/batches", app.base))
-            .header("Idempotency-Key", "run-42")
-            .json(&b);
+        let req = app.client.post(format!("{}/v1/batches", app.base)).header("Idempotency-Key", "run-42").json(&b);
         async move {
             let r = req.send().await.unwrap();
             (r.status(), r.json::<serde_json::Value>().await.unwrap())
@@ -349,33 +250,20 @@ async fn idempotency_keys_return_the_same_batch(app: TestApp) {
     let (s2, b) = send(body.clone()).await;
     assert_eq!((s1, s2), (StatusCode::CREATED, StatusCode::OK));
     assert_eq!(a["batch_id"], b["batch_id"]);
-    let (s3, err) =
-        send(json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": ["dt=2026-08-25"]})).await;
+    let (s3, err) = send(json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": ["dt=2026-08-25"]})).await;
     assert_eq!(s3, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(err["error"]["code"], "idempotency_key_reused");
     let (_, list) = app.get(&format!("/v1/batches?task={TASK}")).await;
-    assert_eq!(
-        list["items"].as_array().unwrap().len(),
-        1,
-        "never a second batch"
-    );
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "never a second batch");
 }
 
 async fn ready_by_task_and_dt_follows_the_latest_batch(app: TestApp) {
     let q = format!("task={TASK}&dt={DT}");
     let (status, body) = app.get(&format!("/ready?{q}")).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("no_batch"))
-    );
-    let id = app
-        .start_ok(TASK, DS, DT, &[P, "dt=2026-08-24/region=cn"])
-        .await;
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("no_batch")));
+    let id = app.start_ok(TASK, DS, DT, &[P, "dt=2026-08-24/region=cn"]).await;
     let (status, body) = app.get(&format!("/ready?{q}")).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("running"))
-    );
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("running")));
     let ev = json!({"marker": "m", "partitions": [
         {"partition": P, "rows_written": 1, "row_count": 1},
         {"partition": "dt=2026-08-24/region=cn", "rows_written": 2, "row_count": 2}]});

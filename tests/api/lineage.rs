@@ -22,16 +22,11 @@ const P: &str = "dt=2026-08-24";
 
 /// Starts a batch on `dataset` reading `inputs`, commits clean evidence.
 async fn build(app: &TestApp, dataset: &str, inputs: &[&str], rows: u64) -> Value {
-    let inputs: Vec<Value> = inputs
-        .iter()
-        .map(|d| json!({"dataset": d, "partition": P}))
-        .collect();
+    let inputs: Vec<Value> = inputs.iter().map(|d| json!({"dataset": d, "partition": P})).collect();
     let (status, started) =
         app.post("/v1/batches", &json!({"task": format!("build_{}", dataset.replace('.', "_")), "dataset": dataset, "dt": DT, "partitions": [P], "inputs": inputs})).await;
     assert_eq!(status, StatusCode::CREATED, "{started}");
-    let (status, record) = app
-        .commit(started["batch_id"].as_str().unwrap(), &clean(P, rows))
-        .await;
+    let (status, record) = app.commit(started["batch_id"].as_str().unwrap(), &clean(P, rows)).await;
     assert_eq!(status, StatusCode::OK, "{record}");
     record
 }
@@ -47,19 +42,13 @@ async fn feed(app: &TestApp, after: Option<&str>, limit: u32) -> (Vec<Value>, St
     };
     let (status, page) = app.get(&q).await;
     assert_eq!(status, StatusCode::OK, "{page}");
-    (
-        page["items"].as_array().unwrap().clone(),
-        page["next_cursor"].as_str().unwrap().to_owned(),
-    )
+    (page["items"].as_array().unwrap().clone(), page["next_cursor"].as_str().unwrap().to_owned())
 }
 
 async fn repairing_the_root_of_a_chain_makes_it_stale_until_recomputed_in_order(app: TestApp) {
     let a1 = build(&app, "ods.a", &[], 100).await;
     let b1 = build(&app, "dwd.b", &["ods.a"], 100).await;
-    assert_eq!(
-        b1["inputs"],
-        json!([{"dataset": "ods.a", "partition": P, "version": 1, "batch_id": a1["batch_id"]}])
-    );
+    assert_eq!(b1["inputs"], json!([{"dataset": "ods.a", "partition": P, "version": 1, "batch_id": a1["batch_id"]}]));
     build(&app, "ads.c", &["dwd.b"], 100).await;
     for ds in ["ods.a", "dwd.b", "ads.c"] {
         assert_eq!(reason(&app, ds).await.0, StatusCode::OK, "{ds}");
@@ -71,58 +60,32 @@ async fn repairing_the_root_of_a_chain_makes_it_stale_until_recomputed_in_order(
     assert_eq!(status, StatusCode::OK);
     let part = &ready_a["partitions"][0];
     assert_eq!(part["restatement"], true);
-    assert_eq!(
-        part["supersedes"],
-        json!({"version": 1, "batch_id": a1["batch_id"], "row_count": 100})
-    );
+    assert_eq!(part["supersedes"], json!({"version": 1, "batch_id": a1["batch_id"], "row_count": 100}));
     assert_eq!(part["batch_id"], a2["batch_id"]);
 
     let (status, b) = reason(&app, "dwd.b").await;
-    assert_eq!(
-        (status, b["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("stale_upstream"))
-    );
+    assert_eq!((status, b["reason"].as_str()), (StatusCode::NOT_FOUND, Some("stale_upstream")));
     assert_eq!(b["upstream"]["dataset"], "ods.a");
     assert_eq!(
-        (
-            b["upstream"]["built_on_version"].clone(),
-            b["upstream"]["current_version"].clone()
-        ),
+        (b["upstream"]["built_on_version"].clone(), b["upstream"]["current_version"].clone()),
         (json!(1), json!(2))
     );
     let (status, c) = reason(&app, "ads.c").await;
-    assert_eq!(
-        (status, c["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("stale_upstream"))
-    );
-    assert_eq!(
-        c["upstream"]["dataset"], "dwd.b",
-        "transitively stale through B"
-    );
+    assert_eq!((status, c["reason"].as_str()), (StatusCode::NOT_FOUND, Some("stale_upstream")));
+    assert_eq!(c["upstream"]["dataset"], "dwd.b", "transitively stale through B");
 
     // Recompute B: fresh again; C is still built on the old B.
     let b2 = build(&app, "dwd.b", &["ods.a"], 100).await;
     assert_eq!(b2["inputs"][0]["version"], 2);
     assert_eq!(reason(&app, "dwd.b").await.0, StatusCode::OK);
     let (status, c) = reason(&app, "ads.c").await;
-    assert_eq!(
-        (status, c["upstream"]["dataset"].as_str()),
-        (StatusCode::NOT_FOUND, Some("dwd.b"))
-    );
+    assert_eq!((status, c["upstream"]["dataset"].as_str()), (StatusCode::NOT_FOUND, Some("dwd.b")));
     build(&app, "ads.c", &["dwd.b"], 100).await;
     assert_eq!(reason(&app, "ads.c").await.0, StatusCode::OK);
 
     let (items, _) = feed(&app, None, 100).await;
-    let seq: Vec<String> = items
-        .iter()
-        .map(|i| {
-            format!(
-                "{} {}",
-                i["kind"].as_str().unwrap(),
-                i["dataset"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let seq: Vec<String> =
+        items.iter().map(|i| format!("{} {}", i["kind"].as_str().unwrap(), i["dataset"].as_str().unwrap())).collect();
     assert_eq!(
         seq,
         [
@@ -149,32 +112,15 @@ async fn an_unready_input_refuses_the_start_unless_allowed(app: TestApp) {
     assert_eq!(err["error"]["code"], "upstream_not_ready");
     let unready = err["error"]["details"]["inputs"].as_array().unwrap();
     assert_eq!(unready.len(), 2);
-    assert_eq!(
-        (
-            unready[0]["dataset"].as_str(),
-            unready[0]["reason"].as_str()
-        ),
-        (Some("ods.a"), Some("running"))
-    );
-    assert_eq!(
-        (
-            unready[1]["dataset"].as_str(),
-            unready[1]["reason"].as_str()
-        ),
-        (Some("ods.never"), Some("no_batch"))
-    );
+    assert_eq!((unready[0]["dataset"].as_str(), unready[0]["reason"].as_str()), (Some("ods.a"), Some("running")));
+    assert_eq!((unready[1]["dataset"].as_str(), unready[1]["reason"].as_str()), (Some("ods.never"), Some("no_batch")));
 
     let mut allowed = body.clone();
     allowed["allow_unready_inputs"] = json!(true);
     let (status, started) = app.post("/v1/batches", &allowed).await;
     assert_eq!(status, StatusCode::CREATED, "{started}");
     assert_eq!(started["inputs"][0]["version"], 0);
-    let (_, record) = app
-        .get(&format!(
-            "/v1/batches/{}",
-            started["batch_id"].as_str().unwrap()
-        ))
-        .await;
+    let (_, record) = app.get(&format!("/v1/batches/{}", started["batch_id"].as_str().unwrap())).await;
     assert_eq!(record["allow_unready_inputs"], true);
     assert_eq!(record["inputs"].as_array().unwrap().len(), 2);
 }
@@ -183,56 +129,27 @@ async fn an_invalidated_partition_is_out_of_service_and_downstream_goes_stale(ap
     build(&app, "ods.a", &[], 10).await;
     build(&app, "dwd.b", &["ods.a"], 10).await;
     let url = format!("/v1/partitions/ods.a/{}/invalidate", enc(P));
-    let (status, body) = app
-        .post(&url, &json!({"reason": "source sent duplicates for 08-24"}))
-        .await;
+    let (status, body) = app.post(&url, &json!({"reason": "source sent duplicates for 08-24"})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, a) = reason(&app, "ods.a").await;
-    assert_eq!(
-        (status, a["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("invalidated"))
-    );
+    assert_eq!((status, a["reason"].as_str()), (StatusCode::NOT_FOUND, Some("invalidated")));
     assert_eq!(a["invalidated_reason"], "source sent duplicates for 08-24");
     let (status, b) = reason(&app, "dwd.b").await;
-    assert_eq!(
-        (status, b["upstream"]["cause"].as_str()),
-        (StatusCode::NOT_FOUND, Some("invalidated"))
-    );
+    assert_eq!((status, b["upstream"]["cause"].as_str()), (StatusCode::NOT_FOUND, Some("invalidated")));
 
-    let (status, err) = app
-        .post(
-            &format!("/v1/partitions/ods.a/{}/invalidate", enc("dt=2026-01-01")),
-            &json!({"reason": "x"}),
-        )
-        .await;
-    assert_eq!(
-        (status, err["error"]["code"].as_str()),
-        (StatusCode::NOT_FOUND, Some("partition_not_found"))
-    );
+    let (status, err) =
+        app.post(&format!("/v1/partitions/ods.a/{}/invalidate", enc("dt=2026-01-01")), &json!({"reason": "x"})).await;
+    assert_eq!((status, err["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("partition_not_found")));
     let (status, _) = app.post(&url, &json!({"reason": "  "})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
 
     build(&app, "ods.a", &[], 10).await;
-    assert_eq!(
-        reason(&app, "ods.a").await.0,
-        StatusCode::OK,
-        "a new publish puts it back in service"
-    );
-    assert_eq!(
-        reason(&app, "dwd.b").await.0,
-        StatusCode::NOT_FOUND,
-        "B still holds the invalidated data"
-    );
+    assert_eq!(reason(&app, "ods.a").await.0, StatusCode::OK, "a new publish puts it back in service");
+    assert_eq!(reason(&app, "dwd.b").await.0, StatusCode::NOT_FOUND, "B still holds the invalidated data");
     let (items, _) = feed(&app, None, 100).await;
-    let invalidated: Vec<&Value> = items
-        .iter()
-        .filter(|i| i["kind"] == "invalidated")
-        .collect();
+    let invalidated: Vec<&Value> = items.iter().filter(|i| i["kind"] == "invalidated").collect();
     assert_eq!(invalidated.len(), 1);
-    assert_eq!(
-        invalidated[0]["detail"]["reason"],
-        "source sent duplicates for 08-24"
-    );
+    assert_eq!(invalidated[0]["detail"]["reason"], "source sent duplicates for 08-24");
 }
 
 async fn two_consumers_read_the_change_feed_across_a_restart(app: TestApp) {
@@ -254,10 +171,7 @@ async fn two_consumers_read_the_change_feed_across_a_restart(app: TestApp) {
     loop {
         let (page, next) = feed(&app, Some(&cursor), 2).await;
         if page.is_empty() {
-            assert_eq!(
-                next, cursor,
-                "an empty page hands back the cursor it was given"
-            );
+            assert_eq!(next, cursor, "an empty page hands back the cursor it was given");
             break;
         }
         seen1.extend(page);
@@ -272,17 +186,11 @@ async fn two_consumers_read_the_change_feed_across_a_restart(app: TestApp) {
         seen2.iter().map(key).collect::<Vec<_>>(),
         "same changes, same order"
     );
-    assert_eq!(
-        seen1.iter().map(key).collect::<BTreeSet<_>>().len(),
-        5,
-        "none missed, none twice"
-    );
+    assert_eq!(seen1.iter().map(key).collect::<BTreeSet<_>>().len(), 5, "none missed, none twice");
     assert_eq!(seen1[3]["kind"], "restated");
     assert_eq!(seen1[4]["kind"], "published");
-    let (scoped, _) = app.get("/v1/changes?dataset=ods.a").await.1["items"]
-        .as_array()
-        .map(|v| (v.clone(), ()))
-        .unwrap();
+    let (scoped, _) =
+        app.get("/v1/changes?dataset=ods.a").await.1["items"].as_array().map(|v| (v.clone(), ())).unwrap();
     assert_eq!(scoped.len(), 2);
 }
 
@@ -293,63 +201,23 @@ async fn the_lineage_graph_follows_what_batches_read(app: TestApp) {
     build(&app, "ads.c", &["dwd.b"], 10).await;
     build(&app, "ods.a", &[], 11).await;
 
-    let (status, down) = app
-        .get(&format!(
-            "/v1/lineage?dataset=ods.a&partition={}&direction=downstream&depth=3",
-            enc(P)
-        ))
-        .await;
+    let (status, down) =
+        app.get(&format!("/v1/lineage?dataset=ods.a&partition={}&direction=downstream&depth=3", enc(P))).await;
     assert_eq!(status, StatusCode::OK, "{down}");
-    let names: Vec<&str> = down["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["dataset"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = down["nodes"].as_array().unwrap().iter().map(|n| n["dataset"].as_str().unwrap()).collect();
     assert_eq!(names, ["ods.a", "dwd.b", "ads.c"]);
     assert_eq!(down["nodes"][1]["state"], "stale_upstream");
     let first = &down["edges"][0];
-    assert_eq!(
-        (
-            first["from"]["dataset"].as_str(),
-            first["to"]["dataset"].as_str()
-        ),
-        (Some("ods.a"), Some("dwd.b"))
-    );
-    assert_eq!(
-        (
-            first["input_version"].clone(),
-            first["current_version"].clone()
-        ),
-        (json!(1), json!(2))
-    );
+    assert_eq!((first["from"]["dataset"].as_str(), first["to"]["dataset"].as_str()), (Some("ods.a"), Some("dwd.b")));
+    assert_eq!((first["input_version"].clone(), first["current_version"].clone()), (json!(1), json!(2)));
 
-    let (_, up) = app
-        .get(&format!(
-            "/v1/lineage?dataset=ads.c&partition={}&direction=upstream",
-            enc(P)
-        ))
-        .await;
-    let names: BTreeSet<&str> = up["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["dataset"].as_str().unwrap())
-        .collect();
+    let (_, up) = app.get(&format!("/v1/lineage?dataset=ads.c&partition={}&direction=upstream", enc(P))).await;
+    let names: BTreeSet<&str> =
+        up["nodes"].as_array().unwrap().iter().map(|n| n["dataset"].as_str().unwrap()).collect();
     assert_eq!(names, BTreeSet::from(["ads.c", "dwd.b", "ods.a", "ods.x"]));
-    let (_, one) = app
-        .get(&format!(
-            "/v1/lineage?dataset=ads.c&partition={}&direction=upstream&depth=1",
-            enc(P)
-        ))
-        .await;
+    let (_, one) = app.get(&format!("/v1/lineage?dataset=ads.c&partition={}&direction=upstream&depth=1", enc(P))).await;
     assert_eq!(one["nodes"].as_array().unwrap().len(), 2);
-    let (status, err) = app
-        .get(&format!(
-            "/v1/lineage?dataset=ads.c&partition={}&direction=sideways",
-            enc(P)
-        ))
-        .await;
+    let (status, err) = app.get(&format!("/v1/lineage?dataset=ads.c&partition={}&direction=sideways", enc(P))).await;
     assert_eq!(
         (status, err["error"]["details"]["field"].as_str()),
         (StatusCode::UNPROCESSABLE_ENTITY, Some("direction"))

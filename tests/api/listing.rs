@@ -8,10 +8,7 @@ use serde_json::Value;
 use crate::helpers::{enc, TestApp};
 use crate::on_both_backends;
 
-on_both_backends!(
-    batch_history_pages_newest_first_without_gaps,
-    partitions_list_their_standing_by_date
-);
+on_both_backends!(batch_history_pages_newest_first_without_gaps, partitions_list_their_standing_by_date);
 
 /// Follows `next_cursor` to the end; returns every item.
 async fn all_pages(app: &TestApp, path: &str) -> Vec<Value> {
@@ -31,17 +28,11 @@ async fn all_pages(app: &TestApp, path: &str) -> Vec<Value> {
 async fn batch_history_pages_newest_first_without_gaps(app: TestApp) {
     for day in 10..=21 {
         let dt = format!("2026-08-{day}");
-        app.publish("hist", "d.hist", &dt, &format!("dt={dt}"), 100)
-            .await;
+        app.publish("hist", "d.hist", &dt, &format!("dt={dt}"), 100).await;
     }
-    let failing = app
-        .start_ok("other", "d.other", "2026-08-21", &["dt=2026-08-21"])
+    let failing = app.start_ok("other", "d.other", "2026-08-21", &["dt=2026-08-21"]).await;
+    app.post(&format!("/v1/batches/{failing}/fail"), &serde_json::json!({"stage": "compute", "category": "logic"}))
         .await;
-    app.post(
-        &format!("/v1/batches/{failing}/fail"),
-        &serde_json::json!({"stage": "compute", "category": "logic"}),
-    )
-    .await;
 
     let items = all_pages(&app, "/v1/batches?task=hist&limit=5").await;
     assert_eq!(items.len(), 12);
@@ -49,19 +40,8 @@ async fn batch_history_pages_newest_first_without_gaps(app: TestApp) {
     let mut sorted = dts.clone();
     sorted.sort_by(|a, b| b.cmp(a));
     assert_eq!(dts, sorted, "newest first");
-    assert_eq!(
-        items
-            .iter()
-            .map(|b| b["batch_id"].as_str().unwrap())
-            .collect::<BTreeSet<_>>()
-            .len(),
-        12,
-        "no repeats"
-    );
-    assert!(
-        items[0].get("events").is_none(),
-        "listings leave out the event log"
-    );
+    assert_eq!(items.iter().map(|b| b["batch_id"].as_str().unwrap()).collect::<BTreeSet<_>>().len(), 12, "no repeats");
+    assert!(items[0].get("events").is_none(), "listings leave out the event log");
 
     let (_, failed) = app.get("/v1/batches?state=failed").await;
     assert_eq!(failed["items"].as_array().unwrap().len(), 1);
@@ -80,12 +60,10 @@ async fn partitions_list_their_standing_by_date(app: TestApp) {
     for day in 10..=19 {
         let dt = format!("2026-08-{day}");
         for region in ["cn", "us"] {
-            app.publish("p", "d.parts", &dt, &format!("dt={dt}/region={region}"), 7)
-                .await;
+            app.publish("p", "d.parts", &dt, &format!("dt={dt}/region={region}"), 7).await;
         }
     }
-    app.start_ok("p", "d.parts", "2026-08-20", &["dt=2026-08-20/region=cn"])
-        .await;
+    app.start_ok("p", "d.parts", "2026-08-20", &["dt=2026-08-20/region=cn"]).await;
     let items = all_pages(&app, "/v1/partitions?dataset=d.parts&limit=3").await;
     assert_eq!(items.len(), 21);
     assert_eq!(items[0]["partition"], "dt=2026-08-20/region=cn");
@@ -94,13 +72,7 @@ async fn partitions_list_their_standing_by_date(app: TestApp) {
     assert_eq!(items[1]["state"], "ready");
     assert_eq!(items[1]["row_count"], 7);
     assert!(items[1]["published_at"].is_string());
-    let window = all_pages(
-        &app,
-        "/v1/partitions?dataset=d.parts&from=2026-08-12&to=2026-08-13",
-    )
-    .await;
+    let window = all_pages(&app, "/v1/partitions?dataset=d.parts&from=2026-08-12&to=2026-08-13").await;
     assert_eq!(window.len(), 4);
-    assert!(window
-        .iter()
-        .all(|p| p["dt"] == "2026-08-12" || p["dt"] == "2026-08-13"));
+    assert!(window.iter().all(|p| p["dt"] == "2026-08-12" || p["dt"] == "2026-08-13"));
 }

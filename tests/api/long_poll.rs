@@ -18,35 +18,21 @@ on_both_backends!(
 /// Starts a waiter on `waiter`, publishes through `writer`, and returns how
 /// long after the commit's response the waiter answered.
 async fn publish_while_waiting(waiter: &TestApp, writer: &TestApp) -> Duration {
-    let id = writer
-        .start_ok("t", "d.wait", "2026-08-24", &["dt=2026-08-24"])
-        .await;
-    let url = format!(
-        "{}/ready?dataset=d.wait&partition=dt%3D2026-08-24&wait=20",
-        waiter.base
-    );
+    let id = writer.start_ok("t", "d.wait", "2026-08-24", &["dt=2026-08-24"]).await;
+    let url = format!("{}/ready?dataset=d.wait&partition=dt%3D2026-08-24&wait=20", waiter.base);
     let client = waiter.client.clone();
     let poll = tokio::spawn(async move {
         let resp = client.get(url).send().await.unwrap();
         let answered = Instant::now();
-        (
-            resp.status(),
-            resp.json::<serde_json::Value>().await.unwrap(),
-            answered,
-        )
+        (resp.status(), resp.json::<serde_json::Value>().await.unwrap(), answered)
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !poll.is_finished(),
-        "the waiter must still be waiting before the publish"
-    );
+    assert!(!poll.is_finished(), "the waiter must still be waiting before the publish");
     let (status, _) = writer.commit(&id, &clean("dt=2026-08-24", 10)).await;
     let committed = Instant::now();
     assert_eq!(status, StatusCode::OK);
-    let (status, body, answered) = tokio::time::timeout(Duration::from_secs(5), poll)
-        .await
-        .expect("waiter answered")
-        .unwrap();
+    let (status, body, answered) =
+        tokio::time::timeout(Duration::from_secs(5), poll).await.expect("waiter answered").unwrap();
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["partitions"][0]["version"], 1);
     answered.saturating_duration_since(committed)
@@ -54,50 +40,31 @@ async fn publish_while_waiting(waiter: &TestApp, writer: &TestApp) -> Duration {
 
 async fn a_long_poll_answers_soon_after_the_publish(app: TestApp) {
     let lag = publish_while_waiting(&app, &app).await;
-    assert!(
-        lag < Duration::from_millis(200),
-        "answered {lag:?} after the publish"
-    );
+    assert!(lag < Duration::from_millis(200), "answered {lag:?} after the publish");
 }
 
 async fn a_long_poll_times_out_with_not_ready(app: TestApp) {
-    app.start_ok("t", "d.wait", "2026-08-24", &["dt=2026-08-24"])
-        .await;
+    app.start_ok("t", "d.wait", "2026-08-24", &["dt=2026-08-24"]).await;
     let t0 = Instant::now();
-    let (status, body) = app
-        .get("/ready?dataset=d.wait&partition=dt%3D2026-08-24&wait=1")
-        .await;
+    let (status, body) = app.get("/ready?dataset=d.wait&partition=dt%3D2026-08-24&wait=1").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["reason"], "running");
-    assert!(
-        t0.elapsed() >= Duration::from_millis(950),
-        "returned after {:?}",
-        t0.elapsed()
-    );
+    assert!(t0.elapsed() >= Duration::from_millis(950), "returned after {:?}", t0.elapsed());
 }
 
 async fn a_long_poll_over_several_partitions_waits_for_all(app: TestApp) {
-    app.publish("t", "d.multi", "2026-08-24", "dt=2026-08-24/r=a", 5)
-        .await;
-    let id = app
-        .start_ok("t", "d.multi", "2026-08-24", &["dt=2026-08-24/r=b"])
-        .await;
-    let url = format!("{}/ready?dataset=d.multi&partition=dt%3D2026-08-24%2Fr%3Da&partition=dt%3D2026-08-24%2Fr%3Db&wait=20", app.base);
+    app.publish("t", "d.multi", "2026-08-24", "dt=2026-08-24/r=a", 5).await;
+    let id = app.start_ok("t", "d.multi", "2026-08-24", &["dt=2026-08-24/r=b"]).await;
+    let url = format!(
+        "{}/ready?dataset=d.multi&partition=dt%3D2026-08-24%2Fr%3Da&partition=dt%3D2026-08-24%2Fr%3Db&wait=20",
+        app.base
+    );
     let client = app.client.clone();
     let poll = tokio::spawn(async move { client.get(url).send().await.unwrap().status() });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !poll.is_finished(),
-        "one of two partitions is not ready yet"
-    );
+    assert!(!poll.is_finished(), "one of two partitions is not ready yet");
     app.commit(&id, &clean("dt=2026-08-24/r=b", 5)).await;
-    assert_eq!(
-        tokio::time::timeout(Duration::from_secs(5), poll)
-            .await
-            .unwrap()
-            .unwrap(),
-        StatusCode::OK
-    );
+    assert_eq!(tokio::time::timeout(Duration::from_secs(5), poll).await.unwrap().unwrap(), StatusCode::OK);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,26 +78,14 @@ async fn a_long_poll_on_one_instance_hears_a_publish_through_another() {
     let (status, _) = waiter.ready("d.wait", &["dt=2026-08-24"]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let lag = publish_while_waiting(&waiter, &writer).await;
-    assert!(
-        lag < Duration::from_millis(200),
-        "answered {lag:?} after the publish"
-    );
+    assert!(lag < Duration::from_millis(200), "answered {lag:?} after the publish");
     let (status, _) = waiter.ready("d.wait", &["dt=2026-08-24"]).await;
-    assert_eq!(
-        status,
-        StatusCode::OK,
-        "the other instance's cache was invalidated"
-    );
+    assert_eq!(status, StatusCode::OK, "the other instance's cache was invalidated");
 }
 
 async fn a_long_poll_until_ready_or_rejected_returns_on_a_rejection(app: TestApp) {
-    let id = app
-        .start_ok("t", "d.rej", "2026-08-24", &["dt=2026-08-24"])
-        .await;
-    let url = format!(
-        "{}/ready?dataset=d.rej&partition=dt%3D2026-08-24&wait=20&until=ready_or_rejected",
-        app.base
-    );
+    let id = app.start_ok("t", "d.rej", "2026-08-24", &["dt=2026-08-24"]).await;
+    let url = format!("{}/ready?dataset=d.rej&partition=dt%3D2026-08-24&wait=20&until=ready_or_rejected", app.base);
     let client = app.client.clone();
     let poll = tokio::spawn(async move {
         let r = client.get(url).send().await.unwrap();
@@ -139,16 +94,7 @@ async fn a_long_poll_until_ready_or_rejected_returns_on_a_rejection(app: TestApp
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!poll.is_finished());
     let bad = serde_json::json!({"marker": "m", "partitions": [{"partition": "dt=2026-08-24", "rows_written": 1, "row_count": 2}]});
-    assert_eq!(
-        app.commit(&id, &bad).await.0,
-        StatusCode::UNPROCESSABLE_ENTITY
-    );
-    let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll)
-        .await
-        .expect("answered early")
-        .unwrap();
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("rejected"))
-    );
+    assert_eq!(app.commit(&id, &bad).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll).await.expect("answered early").unwrap();
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("rejected")));
 }

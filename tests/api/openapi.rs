@@ -16,11 +16,7 @@ fn routes_in_source() -> BTreeSet<(String, String)> {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         for chunk in text.split(".route(").skip(1) {
             // rustfmt may break the line after `.route(`.
-            let Some((path, rest)) = chunk
-                .trim_start()
-                .strip_prefix('"')
-                .and_then(|c| c.split_once('"'))
-            else {
+            let Some((path, rest)) = chunk.trim_start().strip_prefix('"').and_then(|c| c.split_once('"')) else {
                 continue;
             };
             // The method router runs to the parenthesis that closes `.route(`.
@@ -38,9 +34,9 @@ fn routes_in_source() -> BTreeSet<(String, String)> {
                 .map_or(rest.len(), |(i, _)| i);
             let chain = &rest[..end];
             for method in ["get", "post", "put", "delete", "patch"] {
-                let called = chain.match_indices(&format!("{method}(")).any(|(i, _)| {
-                    i == 0 || !chain[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_')
-                });
+                let called = chain
+                    .match_indices(&format!("{method}("))
+                    .any(|(i, _)| i == 0 || !chain[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_'));
                 if called {
                     out.insert((method.to_uppercase(), path.to_owned()));
                 }
@@ -72,20 +68,12 @@ async fn the_served_spec_lists_exactly_the_routes() {
     assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
     let in_spec = operations_in_spec(&spec);
     let in_source = routes_in_source();
-    assert!(
-        in_source.len() >= 10,
-        "route scan found too little: {in_source:?}"
-    );
-    assert_eq!(
-        in_spec, in_source,
-        "openapi/openapi.json and src/http disagree"
-    );
+    assert!(in_source.len() >= 10, "route scan found too little: {in_source:?}");
+    assert_eq!(in_spec, in_source, "openapi/openapi.json and src/http disagree");
 
     // And each one is really served: no route_not_found / method_not_allowed.
     for (method, path) in &in_spec {
-        let concrete = path
-            .replace("{batch_id}", "t-20260824-001")
-            .replace("{dataset}", "d.x");
+        let concrete = path.replace("{batch_id}", "t-20260824-001").replace("{dataset}", "d.x");
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let resp = app
             .client

@@ -20,8 +20,7 @@ on_both_backends!(
 
 const START: &str = include_str!("fixtures/openlineage/airflow_task_start.json");
 const COMPLETE: &str = include_str!("fixtures/openlineage/airflow_task_complete.json");
-const COMPLETE_DUPLICATES: &str =
-    include_str!("fixtures/openlineage/airflow_task_complete_duplicate_keys.json");
+const COMPLETE_DUPLICATES: &str = include_str!("fixtures/openlineage/airflow_task_complete_duplicate_keys.json");
 const FAIL: &str = include_str!("fixtures/openlineage/airflow_task_fail.json");
 const DAG_START: &str = include_str!("fixtures/openlineage/airflow_dag_start.json");
 const SPARK_START: &str = include_str!("fixtures/openlineage/spark_hive_insert_start.json");
@@ -41,18 +40,12 @@ async fn post(app: &TestApp, body: &str) -> Value {
 }
 
 fn warnings(answer: &Value) -> Vec<&str> {
-    answer["warnings"]
-        .as_array()
-        .expect("warnings")
-        .iter()
-        .map(|w| w.as_str().expect("a warning is text"))
-        .collect()
+    answer["warnings"].as_array().expect("warnings").iter().map(|w| w.as_str().expect("a warning is text")).collect()
 }
 
 /// `(run_id, event_type, outcome)` of every stored event, oldest first.
 async fn stored_events(app: &TestApp) -> Vec<(Option<String>, Option<String>, Value)> {
-    let sql =
-        "SELECT run_id, event_type, CAST(outcome AS TEXT) FROM openlineage_events ORDER BY id";
+    let sql = "SELECT run_id, event_type, CAST(outcome AS TEXT) FROM openlineage_events ORDER BY id";
     let rows: Vec<(Option<String>, Option<String>, Option<String>)> = match app.backend {
         Backend::Sqlite => {
             let mut c = sqlx::SqliteConnection::connect(&app.db.url).await.unwrap();
@@ -75,22 +68,13 @@ async fn an_airflow_task_run_starts_and_publishes_its_batch(app: TestApp) {
     let started = post(&app, START).await;
     assert_eq!(started["event_type"], "START");
     assert_eq!(started["run_id"], RUN);
-    assert_eq!(
-        started["batches"],
-        json!([{"dataset": DS, "batch_id": BATCH, "state": "running"}])
-    );
+    assert_eq!(started["batches"], json!([{"dataset": DS, "batch_id": BATCH, "state": "running"}]));
     assert_eq!(warnings(&started), Vec::<&str>::new());
     let (status, ready) = app.ready(DS, &[P]).await;
-    assert_eq!(
-        (status, ready["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("running"))
-    );
+    assert_eq!((status, ready["reason"].as_str()), (StatusCode::NOT_FOUND, Some("running")));
 
     let completed = post(&app, COMPLETE).await;
-    assert_eq!(
-        completed["batches"],
-        json!([{"dataset": DS, "batch_id": BATCH, "state": "published"}])
-    );
+    assert_eq!(completed["batches"], json!([{"dataset": DS, "batch_id": BATCH, "state": "published"}]));
     assert_eq!(warnings(&completed), Vec::<&str>::new());
     let (status, ready) = app.ready(DS, &[P]).await;
     assert_eq!(status, StatusCode::OK, "{ready}");
@@ -104,10 +88,7 @@ async fn an_airflow_task_run_starts_and_publishes_its_batch(app: TestApp) {
     assert_eq!(batch["idempotency_key"], format!("openlineage:{RUN}:{DS}"));
     assert_eq!(batch["partitions"][0]["rows_written"], 1_048_576);
     assert_eq!(check(&batch, "rows_match_written")["status"], "pass");
-    assert_eq!(
-        batch["scope"]["business_start"],
-        "2026-08-24T00:00:00+00:00"
-    );
+    assert_eq!(batch["scope"]["business_start"], "2026-08-24T00:00:00+00:00");
     assert_eq!(
         batch["scope"]["openlineage"]["dataset"],
         json!({"namespace": "postgres://warehouse-db:5432", "name": DS})
@@ -121,8 +102,7 @@ async fn an_airflow_task_run_starts_and_publishes_its_batch(app: TestApp) {
 }
 
 async fn duplicate_keys_in_data_quality_metrics_reject_the_commit(app: TestApp) {
-    app.put_dataset(DS, &json!({"unique_key": ["order_id"]}))
-        .await;
+    app.put_dataset(DS, &json!({"unique_key": ["order_id"]})).await;
     post(&app, START).await;
 
     let answer = post(&app, COMPLETE_DUPLICATES).await;
@@ -131,31 +111,19 @@ async fn duplicate_keys_in_data_quality_metrics_reject_the_commit(app: TestApp) 
         json!([{"dataset": DS, "batch_id": BATCH, "state": "rejected", "failed_checks": ["unique_keys"]}])
     );
     let (status, ready) = app.ready(DS, &[P]).await;
-    assert_eq!(
-        (status, ready["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("rejected"))
-    );
+    assert_eq!((status, ready["reason"].as_str()), (StatusCode::NOT_FOUND, Some("rejected")));
     let (_, batch) = app.get(&format!("/v1/batches/{BATCH}")).await;
     let unique = check(&batch, "unique_keys");
-    assert_eq!(
-        (unique["observed"].clone(), unique["expected"].clone()),
-        (json!(1_040_000), json!(1_048_576))
-    );
+    assert_eq!((unique["observed"].clone(), unique["expected"].clone()), (json!(1_040_000), json!(1_048_576)));
     assert_eq!(check(&batch, "null_keys")["status"], "pass");
-    assert_eq!(
-        batch["partitions"][0]["metrics"],
-        json!({"amount": 98765432.1})
-    );
+    assert_eq!(batch["partitions"][0]["metrics"], json!({"amount": 98765432.1}));
 }
 
 async fn a_failed_task_fails_its_batch_with_the_error_message(app: TestApp) {
     post(&app, START).await;
 
     let answer = post(&app, FAIL).await;
-    assert_eq!(
-        answer["batches"],
-        json!([{"dataset": DS, "batch_id": BATCH, "state": "failed"}])
-    );
+    assert_eq!(answer["batches"], json!([{"dataset": DS, "batch_id": BATCH, "state": "failed"}]));
     assert_eq!(warnings(&answer), Vec::<&str>::new());
     let (_, batch) = app.get(&format!("/v1/batches/{BATCH}")).await;
     assert_eq!(
@@ -164,10 +132,7 @@ async fn a_failed_task_fails_its_batch_with_the_error_message(app: TestApp) {
                "message": "could not extend file \"base/16384/1259\": No space left on device"})
     );
     let (status, ready) = app.ready(DS, &[P]).await;
-    assert_eq!(
-        (status, ready["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("failed"))
-    );
+    assert_eq!((status, ready["reason"].as_str()), (StatusCode::NOT_FOUND, Some("failed")));
 }
 
 async fn repeated_events_change_nothing(app: TestApp) {
@@ -186,19 +151,14 @@ async fn repeated_events_change_nothing(app: TestApp) {
 
     // A late START of the same run still names the same batch, now published.
     let late = post(&app, START).await;
-    assert_eq!(
-        late["batches"],
-        json!([{"dataset": DS, "batch_id": BATCH, "state": "published"}])
-    );
+    assert_eq!(late["batches"], json!([{"dataset": DS, "batch_id": BATCH, "state": "published"}]));
     // A FAIL after the commit cannot unpublish it; it says so.
     let fail = post(&app, FAIL).await;
     assert_eq!(fail["batches"][0]["state"], "published");
     let w = warnings(&fail);
     assert!(
         w.len() == 1
-            && w[0].starts_with(&format!(
-                "{DS}: batch {BATCH} not failed: batch {BATCH} is already published"
-            )),
+            && w[0].starts_with(&format!("{DS}: batch {BATCH} not failed: batch {BATCH} is already published")),
         "{w:?}"
     );
     let (status, _) = app.ready(DS, &[P]).await;
@@ -212,20 +172,14 @@ async fn a_complete_without_row_counts_leaves_the_batch_running(app: TestApp) {
     let bare = START.replace(r#""eventType": "START""#, r#""eventType": "COMPLETE""#);
 
     let answer = post(&app, &bare).await;
-    assert_eq!(
-        answer["batches"],
-        json!([{"dataset": DS, "batch_id": BATCH, "state": "running"}])
-    );
+    assert_eq!(answer["batches"], json!([{"dataset": DS, "batch_id": BATCH, "state": "running"}]));
     assert_eq!(
         warnings(&answer),
         [format!("{DS}: batch {BATCH} is not committed and stays running: neither outputStatistics nor dataQualityMetrics \
                   gives a rowCount: there is no evidence to check (POST /v1/batches/{BATCH}/commit can commit it with per-partition stats)")]
     );
     let (status, ready) = app.ready(DS, &[P]).await;
-    assert_eq!(
-        (status, ready["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("running"))
-    );
+    assert_eq!((status, ready["reason"].as_str()), (StatusCode::NOT_FOUND, Some("running")));
 }
 
 async fn events_without_enough_information_are_stored_with_warnings(app: TestApp) {
@@ -245,15 +199,8 @@ async fn events_without_enough_information_are_stored_with_warnings(app: TestApp
         ["run 0198e2b6-0a3f-7b21-a9d4-51c7e8f30b12 started no batch (its START never came or named no usable output): nothing to commit"]
     );
 
-    let running = post(
-        &app,
-        &SPARK_START.replace(r#""eventType": "START""#, r#""eventType": "RUNNING""#),
-    )
-    .await;
-    assert_eq!(
-        warnings(&running),
-        ["RUNNING events change no batch; recorded only"]
-    );
+    let running = post(&app, &SPARK_START.replace(r#""eventType": "START""#, r#""eventType": "RUNNING""#)).await;
+    assert_eq!(warnings(&running), ["RUNNING events change no batch; recorded only"]);
 
     let empty = post(&app, "{}").await;
     assert_eq!(empty["event_type"], Value::Null);
@@ -267,16 +214,7 @@ async fn events_without_enough_information_are_stored_with_warnings(app: TestApp
     assert_eq!(listed["items"], json!([]));
     let events = stored_events(&app).await;
     let kinds: Vec<Option<&str>> = events.iter().map(|e| e.1.as_deref()).collect();
-    assert_eq!(
-        kinds,
-        [
-            Some("START"),
-            Some("START"),
-            Some("COMPLETE"),
-            Some("RUNNING"),
-            None
-        ]
-    );
+    assert_eq!(kinds, [Some("START"), Some("START"), Some("COMPLETE"), Some("RUNNING"), None]);
     assert_eq!(events[2].2, spark);
     assert_eq!(events[4].2, empty);
 }

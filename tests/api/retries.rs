@@ -22,9 +22,7 @@ const P: &str = "dt=2026-08-24";
 
 async fn start_with(app: &TestApp, dataset: &str, extra: Value) -> (StatusCode, Value) {
     let mut body = json!({"task": "t", "dataset": dataset, "dt": DT, "partitions": [P]});
-    body.as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
+    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     app.post("/v1/batches", &body).await
 }
 
@@ -32,10 +30,7 @@ async fn start_with(app: &TestApp, dataset: &str, extra: Value) -> (StatusCode, 
 async fn leave_residue(app: &TestApp, dataset: &str) -> String {
     let id = app.start_ok("t", dataset, DT, &[P]).await;
     let dup = json!({"marker": "m", "partitions": [{"partition": P, "rows_written": 10, "row_count": 20}]});
-    assert_eq!(
-        app.commit(&id, &dup).await.0,
-        StatusCode::UNPROCESSABLE_ENTITY
-    );
+    assert_eq!(app.commit(&id, &dup).await.0, StatusCode::UNPROCESSABLE_ENTITY);
     id
 }
 
@@ -48,36 +43,18 @@ async fn alerts(app: &TestApp, query: &str) -> Vec<Value> {
 async fn an_expired_lease_is_abandoned_by_the_scan_once(app: TestApp) {
     let (_, started) = start_with(&app, "d.lease", json!({"lease_seconds": 60})).await;
     let id = started["batch_id"].as_str().unwrap();
-    assert!(
-        app.scan().await.abandoned.is_empty(),
-        "the lease still runs"
-    );
+    assert!(app.scan().await.abandoned.is_empty(), "the lease still runs");
     app.clock.advance(chrono::Duration::seconds(61));
     assert_eq!(app.scan().await.abandoned, vec![id.to_owned()]);
     assert!(app.scan().await.abandoned.is_empty(), "abandoned once");
 
     let (_, record) = app.get(&format!("/v1/batches/{id}")).await;
     assert_eq!(record["state"], "abandoned");
-    assert_eq!(
-        record["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["kind"] == "abandoned")
-            .count(),
-        1
-    );
+    assert_eq!(record["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "abandoned").count(), 1);
     let (status, body) = app.ready("d.lease", &[P]).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (StatusCode::NOT_FOUND, Some("abandoned"))
-    );
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("abandoned")));
     for path in ["commit", "fail"] {
-        let body = if path == "commit" {
-            clean(P, 1)
-        } else {
-            json!({"stage": "write"})
-        };
+        let body = if path == "commit" { clean(P, 1) } else { json!({"stage": "write"}) };
         let (status, err) = app.post(&format!("/v1/batches/{id}/{path}"), &body).await;
         assert_eq!(
             (status, err["error"]["code"].as_str()),
@@ -113,11 +90,7 @@ async fn two_instances_scanning_abandon_a_batch_exactly_once() {
         "each batch abandoned by exactly one instance: {ra:?} {rb:?}"
     );
     assert_eq!(all.len(), 5);
-    assert_eq!(
-        alerts(&a, "kind=abandoned").await.len(),
-        5,
-        "one alert each"
-    );
+    assert_eq!(alerts(&a, "kind=abandoned").await.len(), 5, "one alert each");
 }
 
 async fn written_reports_tell_never_wrote_from_wrote_then_died(app: TestApp) {
@@ -128,24 +101,14 @@ async fn written_reports_tell_never_wrote_from_wrote_then_died(app: TestApp) {
             &json!({"partitions": [{"partition": "dt=2026-08-25", "rows_written": 5}]}),
         )
         .await;
-    assert_eq!(
-        (status, err["error"]["code"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_partition"))
-    );
+    assert_eq!((status, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_partition")));
     let (status, record) = app
-        .post(
-            &format!("/v1/batches/{id}/written"),
-            &json!({"partitions": [{"partition": P, "rows_written": 5}]}),
-        )
+        .post(&format!("/v1/batches/{id}/written"), &json!({"partitions": [{"partition": P, "rows_written": 5}]}))
         .await;
     assert_eq!(status, StatusCode::OK, "{record}");
     assert!(record["written_at"].is_string());
     assert_eq!(record["partitions"][0]["rows_written"], 5);
-    assert!(record["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|e| e["kind"] == "written"));
+    assert!(record["events"].as_array().unwrap().iter().any(|e| e["kind"] == "written"));
 
     let quiet = app.start_ok("t", "d.w", DT, &["dt=2026-08-25"]).await;
     let (_, quiet_record) = app.get(&format!("/v1/batches/{quiet}")).await;
@@ -153,10 +116,7 @@ async fn written_reports_tell_never_wrote_from_wrote_then_died(app: TestApp) {
 
     app.commit(&id, &clean(P, 5)).await;
     let (status, _) = app
-        .post(
-            &format!("/v1/batches/{id}/written"),
-            &json!({"partitions": [{"partition": P, "rows_written": 5}]}),
-        )
+        .post(&format!("/v1/batches/{id}/written"), &json!({"partitions": [{"partition": P, "rows_written": 5}]}))
         .await;
     assert_eq!(status, StatusCode::CONFLICT);
 }
@@ -170,25 +130,28 @@ async fn overwrite_retries_are_safe(app: TestApp) {
 }
 
 async fn delete_insert_retries_name_the_cleanup_statement(app: TestApp) {
-    app.put_dataset("d.di", &json!({"write_mode": "delete_insert_by_batch"}))
-        .await;
+    app.put_dataset("d.di", &json!({"write_mode": "delete_insert_by_batch"})).await;
     let (_, first) = start_with(&app, "d.di", json!({})).await;
     assert_eq!(first["retry"]["cleanup"], json!({}));
-    assert_eq!(app.commit(first["batch_id"].as_str().unwrap(), &json!({"marker": "m", "partitions": [{"partition": P, "rows_written": 1, "row_count": 2}]})).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        app.commit(
+            first["batch_id"].as_str().unwrap(),
+            &json!({"marker": "m", "partitions": [{"partition": P, "rows_written": 1, "row_count": 2}]})
+        )
+        .await
+        .0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
     let residue = first["batch_id"].as_str().unwrap();
     let (status, started) = start_with(&app, "d.di", json!({})).await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(started["retry"]["safe"], true);
     assert_eq!(started["retry"]["cleanup"]["batch_ids"], json!([residue]));
-    assert_eq!(
-        started["retry"]["cleanup"]["statement"],
-        format!("DELETE FROM d.di WHERE batch_id IN ('{residue}')")
-    );
+    assert_eq!(started["retry"]["cleanup"]["statement"], format!("DELETE FROM d.di WHERE batch_id IN ('{residue}')"));
 }
 
 async fn merge_without_a_unique_key_refuses_a_retry_over_residue(app: TestApp) {
-    app.put_dataset("d.m", &json!({"write_mode": "merge"}))
-        .await;
+    app.put_dataset("d.m", &json!({"write_mode": "merge"})).await;
     let (_, first) = start_with(&app, "d.m", json!({})).await;
     assert_eq!(first["retry"]["safe"], false);
     app.post(
@@ -197,86 +160,48 @@ async fn merge_without_a_unique_key_refuses_a_retry_over_residue(app: TestApp) {
     )
     .await;
     let (status, err) = start_with(&app, "d.m", json!({})).await;
-    assert_eq!(
-        (status, err["error"]["code"].as_str()),
-        (StatusCode::CONFLICT, Some("unsafe_retry")),
-        "{err}"
-    );
-    app.put_dataset(
-        "d.m",
-        &json!({"write_mode": "merge", "unique_key": ["order_id"]}),
-    )
-    .await;
+    assert_eq!((status, err["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("unsafe_retry")), "{err}");
+    app.put_dataset("d.m", &json!({"write_mode": "merge", "unique_key": ["order_id"]})).await;
     let (status, started) = start_with(&app, "d.m", json!({})).await;
     assert_eq!(status, StatusCode::CREATED, "{started}");
     assert_eq!(started["retry"]["safe"], true);
 }
 
 async fn append_refuses_until_the_residue_is_acknowledged(app: TestApp) {
-    app.put_dataset("d.app", &json!({"write_mode": "append"}))
-        .await;
+    app.put_dataset("d.app", &json!({"write_mode": "append"})).await;
     let residue = leave_residue(&app, "d.app").await;
     let (status, err) = start_with(&app, "d.app", json!({})).await;
-    assert_eq!(
-        (status, err["error"]["code"].as_str()),
-        (StatusCode::CONFLICT, Some("cleanup_required")),
-        "{err}"
-    );
+    assert_eq!((status, err["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("cleanup_required")), "{err}");
     assert_eq!(err["error"]["details"]["not_cleaned"], json!([residue]));
-    let (status, err) = start_with(
-        &app,
-        "d.app",
-        json!({"cleaned_batch_ids": ["t-20260824-099"]}),
-    )
-    .await;
-    assert_eq!(
-        status,
-        StatusCode::CONFLICT,
-        "acknowledging other batches is not enough: {err}"
-    );
-    let (status, started) =
-        start_with(&app, "d.app", json!({"cleaned_batch_ids": [residue]})).await;
+    let (status, err) = start_with(&app, "d.app", json!({"cleaned_batch_ids": ["t-20260824-099"]})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "acknowledging other batches is not enough: {err}");
+    let (status, started) = start_with(&app, "d.app", json!({"cleaned_batch_ids": [residue]})).await;
     assert_eq!(status, StatusCode::CREATED, "{started}");
     assert_eq!(started["retry"]["safe"], true);
-    assert_eq!(
-        started["seq"], 2,
-        "refused starts consumed no sequence number"
-    );
+    assert_eq!(started["seq"], 2, "refused starts consumed no sequence number");
 }
 
 async fn the_overwrite_guard_refuses_wildcards_and_wide_batches(app: TestApp) {
     let (status, err) = start_with(&app, "d.g", json!({"partitions": ["dt=*"]})).await;
     assert_eq!(
         (status, err["error"]["code"].as_str()),
-        (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some("overwrite_scope_too_wide")
-        )
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("overwrite_scope_too_wide"))
     );
     let many: Vec<String> = (0..32).map(|h| format!("dt=2026-08-24/h={h}")).collect();
     let (status, err) = start_with(&app, "d.g", json!({"partitions": many})).await;
     assert_eq!(
         (status, err["error"]["code"].as_str()),
-        (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Some("overwrite_scope_too_wide")
-        )
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("overwrite_scope_too_wide"))
     );
     let (status, _) = start_with(&app, "d.g", json!({"partitions": many[..31]})).await;
     assert_eq!(status, StatusCode::CREATED, "31 is the default limit");
 
-    app.put_dataset("d.g2", &json!({"write_mode": "append"}))
-        .await;
+    app.put_dataset("d.g2", &json!({"write_mode": "append"})).await;
     let (status, err) = start_with(&app, "d.g2", json!({"partitions": ["dt=*"]})).await;
-    assert_eq!(
-        (status, err["error"]["code"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_partition"))
-    );
+    assert_eq!((status, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_partition")));
     let wide: Vec<String> = (0..40).map(|h| format!("dt=2026-08-24/h={h}")).collect();
     assert_eq!(
-        start_with(&app, "d.g2", json!({"partitions": wide}))
-            .await
-            .0,
+        start_with(&app, "d.g2", json!({"partitions": wide})).await.0,
         StatusCode::CREATED,
         "no limit outside overwrite"
     );

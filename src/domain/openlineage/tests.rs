@@ -39,12 +39,7 @@ fn spec(s: &str) -> PartitionSpec {
 #[test]
 fn job_names_become_task_names() {
     assert_eq!(task_name("dag.task").unwrap().as_str(), "dag.task");
-    assert_eq!(
-        task_name("my app.execute insert/into:tbl")
-            .unwrap()
-            .as_str(),
-        "my_app.execute_insert_into_tbl"
-    );
+    assert_eq!(task_name("my app.execute insert/into:tbl").unwrap().as_str(), "my_app.execute_insert_into_tbl");
     assert!(task_name(&"x".repeat(201)).is_err());
 }
 
@@ -55,9 +50,7 @@ fn the_data_date_is_the_nominal_start_in_the_datasets_timezone() {
     assert_eq!(utc.dt.to_string(), "2026-08-23");
     assert_eq!(utc.partitions, vec![spec("dt=2026-08-23")]);
 
-    let cst = ev
-        .start_plan(&ev.outputs[0], &policy("Asia/Shanghai", &[]))
-        .unwrap();
+    let cst = ev.start_plan(&ev.outputs[0], &policy("Asia/Shanghai", &[])).unwrap();
     assert_eq!(cst.dt.to_string(), "2026-08-24");
     assert_eq!(cst.scope["business_start"], "2026-08-24T00:00:00+08:00");
     assert_eq!(cst.scope["business_end"], "2026-08-25T00:00:00+08:00");
@@ -70,37 +63,23 @@ fn the_data_date_is_the_nominal_start_in_the_datasets_timezone() {
 
 #[test]
 fn a_nominal_time_without_offset_is_wall_clock_time_in_the_dataset() {
-    let ev = event(
-        json!({"eventType": "START", "run": {"runId": "r", "facets": {"nominalTime": {
-        "nominalStartTime": "2026-08-24T00:00:00"}}}, "job": {"name": "j"}, "outputs": [output("d", json!({}))]}),
-    );
-    let plan = ev
-        .start_plan(&ev.outputs[0], &policy("Asia/Shanghai", &[]))
-        .unwrap();
+    let ev = event(json!({"eventType": "START", "run": {"runId": "r", "facets": {"nominalTime": {
+        "nominalStartTime": "2026-08-24T00:00:00"}}}, "job": {"name": "j"}, "outputs": [output("d", json!({}))]}));
+    let plan = ev.start_plan(&ev.outputs[0], &policy("Asia/Shanghai", &[])).unwrap();
     assert_eq!(plan.dt.to_string(), "2026-08-24");
     assert_eq!(plan.scope["business_start"], "2026-08-24T00:00:00+08:00");
 }
 
 #[test]
 fn without_a_nominal_time_or_job_nothing_starts() {
-    let ev = event(
-        json!({"eventType": "START", "run": {"runId": "r"}, "job": {"name": "j"},
-        "outputs": [output("d", json!({}))]}),
-    );
-    let err = ev
-        .start_plan(&ev.outputs[0], &policy("UTC", &[]))
-        .unwrap_err();
+    let ev = event(json!({"eventType": "START", "run": {"runId": "r"}, "job": {"name": "j"},
+        "outputs": [output("d", json!({}))]}));
+    let err = ev.start_plan(&ev.outputs[0], &policy("UTC", &[])).unwrap_err();
     assert!(err.contains("nominalStartTime is missing"), "{err}");
 
-    let ev = event(
-        json!({"eventType": "START", "run": {"runId": "r", "facets": {"nominalTime": {
-        "nominalStartTime": "yesterday"}}}, "outputs": [output("d", json!({}))]}),
-    );
-    assert!(
-        ev.warnings[0].contains("\"yesterday\" is not an ISO 8601"),
-        "{:?}",
-        ev.warnings
-    );
+    let ev = event(json!({"eventType": "START", "run": {"runId": "r", "facets": {"nominalTime": {
+        "nominalStartTime": "yesterday"}}}, "outputs": [output("d", json!({}))]}));
+    assert!(ev.warnings[0].contains("\"yesterday\" is not an ISO 8601"), "{:?}", ev.warnings);
     assert!(ev.start_plan(&ev.outputs[0], &policy("UTC", &[])).is_err());
 }
 
@@ -115,13 +94,7 @@ fn subset_partitions_keep_the_order_of_their_dimensions() {
     );
     assert!(ev.warnings.is_empty(), "{:?}", ev.warnings);
     let plan = ev.start_plan(&ev.outputs[0], &policy("UTC", &[])).unwrap();
-    assert_eq!(
-        plan.partitions,
-        vec![
-            spec("year=2026/month=08/day=24/region=cn"),
-            spec("dt=2026-08-24/region=us")
-        ]
-    );
+    assert_eq!(plan.partitions, vec![spec("year=2026/month=08/day=24/region=cn"), spec("dt=2026-08-24/region=us")]);
 }
 
 #[test]
@@ -132,20 +105,14 @@ fn an_unusable_subset_drops_the_output_and_another_condition_falls_back_to_dt() 
         "type": "partition", "partitions": [{"dimensions": {"dt": "2026-08-24 00"}}]}}})
     )]));
     assert!(bad.outputs.is_empty());
-    assert!(
-        bad.warnings[0].starts_with("outputs[0] is ignored: subset partition [0]"),
-        "{:?}",
-        bad.warnings
-    );
+    assert!(bad.warnings[0].starts_with("outputs[0] is ignored: subset partition [0]"), "{:?}", bad.warnings);
 
     let location = start_event(json!([output(
         "d",
         json!({"subset": {"outputCondition": {
         "type": "location", "locations": ["s3://b/d/dt=2026-08-23"]}}})
     )]));
-    let plan = location
-        .start_plan(&location.outputs[0], &policy("UTC", &[]))
-        .unwrap();
+    let plan = location.start_plan(&location.outputs[0], &policy("UTC", &[])).unwrap();
     assert_eq!(plan.partitions, vec![spec("dt=2026-08-23")]);
     assert!(location.warnings[0].contains("type \"location\" names no partitions"));
 }
@@ -166,13 +133,8 @@ fn a_table_named_by_its_location_is_named_by_its_table_symlink() {
 
 #[test]
 fn output_statistics_give_rows_written_and_row_count() {
-    let ev = start_event(json!([output(
-        "d",
-        json!({"outputStatistics": {"rowCount": 1000, "size": 52000}})
-    )]));
-    let plan = ev.outputs[0]
-        .commit_plan("r1", &[spec("dt=2026-08-24")], &policy("UTC", &[]))
-        .unwrap();
+    let ev = start_event(json!([output("d", json!({"outputStatistics": {"rowCount": 1000, "size": 52000}}))]));
+    let plan = ev.outputs[0].commit_plan("r1", &[spec("dt=2026-08-24")], &policy("UTC", &[])).unwrap();
     let p = &plan.evidence.partitions[0];
     assert_eq!((p.rows_written, p.row_count), (1000, 1000));
     assert_eq!((p.distinct_keys, p.null_keys), (None, None));
@@ -188,101 +150,54 @@ fn data_quality_metrics_give_the_key_counts_and_sums() {
         "facets": {"dataQualityMetrics": {"rowCount": 1020, "columnMetrics": {
             "order_id": {"nullCount": 0, "distinctCount": 990},
             "amount": {"nullCount": 3, "sum": 12345.5}}}}}]));
-    let plan = ev.outputs[0]
-        .commit_plan(
-            "r1",
-            &[spec("dt=2026-08-24")],
-            &policy("UTC", &["order_id"]),
-        )
-        .unwrap();
+    let plan = ev.outputs[0].commit_plan("r1", &[spec("dt=2026-08-24")], &policy("UTC", &["order_id"])).unwrap();
     let p = &plan.evidence.partitions[0];
     assert_eq!((p.rows_written, p.row_count), (1000, 1020));
     assert_eq!((p.distinct_keys, p.null_keys), (Some(990), Some(0)));
     assert_eq!(p.metrics, BTreeMap::from([("amount".to_owned(), 12345.5)]));
 
-    let composite = ev.outputs[0]
-        .commit_plan(
-            "r1",
-            &[spec("dt=2026-08-24")],
-            &policy("UTC", &["order_id", "amount"]),
-        )
-        .unwrap();
+    let composite =
+        ev.outputs[0].commit_plan("r1", &[spec("dt=2026-08-24")], &policy("UTC", &["order_id", "amount"])).unwrap();
     let p = &composite.evidence.partitions[0];
     assert_eq!((p.distinct_keys, p.null_keys), (None, Some(3)));
     assert!(composite.warnings[0].contains("composite key"));
 
-    let unmeasured = ev.outputs[0]
-        .commit_plan(
-            "r1",
-            &[spec("dt=2026-08-24")],
-            &policy("UTC", &["customer_id"]),
-        )
-        .unwrap();
+    let unmeasured =
+        ev.outputs[0].commit_plan("r1", &[spec("dt=2026-08-24")], &policy("UTC", &["customer_id"])).unwrap();
     assert!(unmeasured.warnings[0].contains("no columnMetrics for the unique key"));
 }
 
 #[test]
 fn without_counts_or_with_several_partitions_there_is_no_commit() {
     let ev = start_event(json!([output("d", json!({}))]));
-    let err = ev.outputs[0]
-        .commit_plan("r1", &[spec("dt=2026-08-24")], &policy("UTC", &[]))
-        .unwrap_err();
+    let err = ev.outputs[0].commit_plan("r1", &[spec("dt=2026-08-24")], &policy("UTC", &[])).unwrap_err();
     assert!(err.contains("no evidence"), "{err}");
 
-    let ev = start_event(json!([output(
-        "d",
-        json!({"outputStatistics": {"rowCount": 5}})
-    )]));
-    let err = ev.outputs[0]
-        .commit_plan(
-            "r1",
-            &[spec("dt=1/h=0"), spec("dt=1/h=1")],
-            &policy("UTC", &[]),
-        )
-        .unwrap_err();
+    let ev = start_event(json!([output("d", json!({"outputStatistics": {"rowCount": 5}}))]));
+    let err = ev.outputs[0].commit_plan("r1", &[spec("dt=1/h=0"), spec("dt=1/h=1")], &policy("UTC", &[])).unwrap_err();
     assert!(err.contains("cover 2 partitions"), "{err}");
 }
 
 #[test]
 fn the_same_event_plans_the_same_requests() {
-    let a = start_event(json!([output(
-        "d",
-        json!({"outputStatistics": {"rowCount": 7}})
-    )]));
-    let b = start_event(json!([output(
-        "d",
-        json!({"outputStatistics": {"rowCount": 7}})
-    )]));
+    let a = start_event(json!([output("d", json!({"outputStatistics": {"rowCount": 7}}))]));
+    let b = start_event(json!([output("d", json!({"outputStatistics": {"rowCount": 7}}))]));
     let p = policy("UTC", &[]);
-    assert_eq!(
-        a.start_plan(&a.outputs[0], &p),
-        b.start_plan(&b.outputs[0], &p)
-    );
+    assert_eq!(a.start_plan(&a.outputs[0], &p), b.start_plan(&b.outputs[0], &p));
     let declared = [spec("dt=2026-08-23")];
-    assert_eq!(
-        a.outputs[0].commit_plan("r1", &declared, &p),
-        b.outputs[0].commit_plan("r1", &declared, &p)
-    );
+    assert_eq!(a.outputs[0].commit_plan("r1", &declared, &p), b.outputs[0].commit_plan("r1", &declared, &p));
 }
 
 #[test]
 fn failures_are_write_stage_with_the_error_message() {
-    let ev = event(
-        json!({"eventType": "FAIL", "run": {"runId": "r", "facets": {"errorMessage": {
-        "message": "division by zero", "programmingLanguage": "python", "stackTrace": "Traceback…"}}}}),
-    );
+    let ev = event(json!({"eventType": "FAIL", "run": {"runId": "r", "facets": {"errorMessage": {
+        "message": "division by zero", "programmingLanguage": "python", "stackTrace": "Traceback…"}}}}));
     let plan = ev.fail_plan();
-    assert_eq!(
-        (plan.stage, plan.category),
-        (FailStage::Write, FailCategory::Unknown)
-    );
+    assert_eq!((plan.stage, plan.category), (FailStage::Write, FailCategory::Unknown));
     assert_eq!(plan.message, "division by zero");
 
     let abort = event(json!({"eventType": "ABORT", "run": {"runId": "r"}}));
-    assert_eq!(
-        abort.fail_plan().message,
-        "OpenLineage ABORT event without an errorMessage facet"
-    );
+    assert_eq!(abort.fail_plan().message, "OpenLineage ABORT event without an errorMessage facet");
 }
 
 #[test]
@@ -298,8 +213,7 @@ fn what_cannot_be_read_becomes_warnings() {
     assert_eq!(ev.kind, Some(EventType::Complete));
     assert!(ev.outputs.is_empty());
     assert!(
-        ev.warnings[0]
-            .starts_with("outputs[0].outputFacets.outputStatistics.rowCount does not follow"),
+        ev.warnings[0].starts_with("outputs[0].outputFacets.outputStatistics.rowCount does not follow"),
         "{:?}",
         ev.warnings
     );

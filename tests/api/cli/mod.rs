@@ -22,9 +22,7 @@ const DT: &str = "2026-08-24";
 const PART: &str = "dt=2026-08-24";
 
 async fn sqlite_app() -> TestApp {
-    TestApp::spawn(Backend::Sqlite)
-        .await
-        .expect("SQLite is always available")
+    TestApp::spawn(Backend::Sqlite).await.expect("SQLite is always available")
 }
 
 /// Splits a command line on white space: `args("batch start --task t")`.
@@ -69,21 +67,13 @@ impl From<Output> for Run {
 impl Run {
     /// Asserts the exit status.
     fn expect(self, code: i32) -> Self {
-        assert_eq!(
-            self.code, code,
-            "exit status\nstdout: {}\nstderr: {}",
-            self.stdout, self.stderr
-        );
+        assert_eq!(self.code, code, "exit status\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
         self
     }
 
     /// Asserts that stderr says `text`.
     fn says(&self, text: &str) -> &Self {
-        assert!(
-            self.stderr.contains(text),
-            "stderr should say {text:?}:\n{}",
-            self.stderr
-        );
+        assert!(self.stderr.contains(text), "stderr should say {text:?}:\n{}", self.stderr);
         self
     }
 }
@@ -93,24 +83,14 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    batchgate(url, args)
-        .output()
-        .await
-        .expect("run batchgate")
-        .into()
+    batchgate(url, args).output().await.expect("run batchgate").into()
 }
 
 /// Runs with `input` on standard input.
 async fn run_with_stdin(url: &str, args: &[&str], input: &str) -> Run {
-    let mut child = batchgate(url, args)
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("spawn batchgate");
+    let mut child = batchgate(url, args).stdin(Stdio::piped()).spawn().expect("spawn batchgate");
     let mut stdin = child.stdin.take().expect("stdin");
-    stdin
-        .write_all(input.as_bytes())
-        .await
-        .expect("write stdin");
+    stdin.write_all(input.as_bytes()).await.expect("write stdin");
     drop(stdin);
     child.wait_with_output().await.expect("wait").into()
 }

@@ -18,11 +18,7 @@ fn readme_shell_recipe() -> String {
         .expect("the README has the DolphinScheduler section")
         .1;
     let block = section.split_once("```sh\n").expect("a sh block").1;
-    block
-        .split_once("```")
-        .expect("a closed sh block")
-        .0
-        .to_owned()
+    block.split_once("```").expect("a closed sh block").0.to_owned()
 }
 
 /// What the stand-in for the Spark job does.
@@ -53,11 +49,7 @@ async fn run_recipe(app: &TestApp, job: Job) -> Run {
     std::fs::set_permissions(&spark, std::fs::Permissions::from_mode(0o755)).unwrap();
     let script = dir.path().join("task.sh");
     std::fs::write(&script, readme_shell_recipe()).unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
 
     Command::new("bash")
         .arg(&script)
@@ -86,44 +78,30 @@ async fn the_readme_shell_recipe_publishes_the_partition() {
     let (status, body) = app.ready("dws.order_detail", &[PART]).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (_, record) = app.get(BATCH).await;
-    assert_eq!(
-        record["marker"],
-        "hdfs://warehouse/dws/order_detail/dt=2026-08-24/_SUCCESS"
-    );
+    assert_eq!(record["marker"], "hdfs://warehouse/dws/order_detail/dt=2026-08-24/_SUCCESS");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_shell_recipe_reports_a_failed_job_and_fails_the_task() {
     let app = sqlite_app().await;
 
-    run_recipe(&app, Job::Exits(7))
-        .await
-        .expect(7)
-        .says("executor lost");
+    run_recipe(&app, Job::Exits(7)).await.expect(7).says("executor lost");
 
     let (_, record) = app.get(BATCH).await;
     assert_eq!(record["state"], "failed");
     assert_eq!(record["failure"]["stage"], "write");
-    assert_eq!(
-        record["failure"]["message"],
-        "shell task failed with exit 7"
-    );
+    assert_eq!(record["failure"]["message"], "shell task failed with exit 7");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_shell_recipe_fails_the_task_on_a_rejection() {
     let app = sqlite_app().await;
-    let stats =
-        json!([{"partition": PART, "rows_written": 1000, "row_count": 1000, "null_keys": 3}]);
+    let stats = json!([{"partition": PART, "rows_written": 1000, "row_count": 1000, "null_keys": 3}]);
 
     let r = run_recipe(&app, Job::Writes(stats)).await.expect(3);
 
     r.says("null_keys dt=2026-08-24: observed 3, expected 0");
-    assert!(
-        !r.stderr.contains("cannot report"),
-        "the trap must not fail a decided batch:\n{}",
-        r.stderr
-    );
+    assert!(!r.stderr.contains("cannot report"), "the trap must not fail a decided batch:\n{}", r.stderr);
     let (_, record) = app.get(BATCH).await;
     assert_eq!(record["state"], "rejected");
 }
