@@ -52,7 +52,11 @@ os.environ.update(
         "AIRFLOW__OPENLINEAGE__EMISSION_POLICY": json.dumps(
             [
                 {"scope": {}, "controls": {"emit": False}},
-                {"scope": {"dag_id": "bg_ol_.*"}, "match_mode": "regex", "controls": {"emit": True}},
+                {
+                    "scope": {"dag_id": "bg_ol_.*"},
+                    "match_mode": "regex",
+                    "controls": {"emit": True},
+                },
             ]
         ),
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(

@@ -26,6 +26,15 @@ class Exchange(NamedTuple):
     status: int
     answer: Any
 
+    @property
+    def job(self) -> str | None:
+        job = self.body.get("job")
+        return job.get("name") if isinstance(job, dict) else None
+
+    @property
+    def event_type(self) -> str | None:
+        return self.body.get("eventType")
+
 
 class LineageRecorder:
     def __init__(self) -> None:
@@ -89,7 +98,7 @@ class LineageRecorder:
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"{len(found)} of {count} expected OpenLineage events after {timeout:g} s; "
-                    f"got {[(e.body.get('eventType'), e.body.get('job', {}).get('name')) for e in self.exchanges()]}"
+                    f"got {[(e.event_type, e.job) for e in self.exchanges()]}"
                 )
             time.sleep(0.1)
         return found
