@@ -33,10 +33,14 @@ from typing import Any
 import pytest
 
 from ..helpers import DT, Service, later
+from .lineage_recorder import LineageRecorder
 
 HOME = Path(tempfile.mkdtemp(prefix="batchgate-airflow-"))
 DAGS_FOLDER = HOME / "dags"
 shutil.copytree(Path(__file__).parent / "dags", DAGS_FOLDER)
+#: Where the OpenLineage provider posts (its configuration is cached at first
+#: use, so it is set here); the ``lineage`` fixture points it at the service.
+LINEAGE = LineageRecorder()
 os.environ.update(
     {
         "AIRFLOW_HOME": str(HOME),
@@ -44,6 +48,20 @@ os.environ.update(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
+        # Only the OpenLineage test DAGs (bg_ol_…) emit OpenLineage events.
+        "AIRFLOW__OPENLINEAGE__EMISSION_POLICY": json.dumps(
+            [
+                {"scope": {}, "controls": {"emit": False}},
+                {
+                    "scope": {"dag_id": "bg_ol_.*"},
+                    "match_mode": "regex",
+                    "controls": {"emit": True},
+                },
+            ]
+        ),
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "http", "url": LINEAGE.url, "endpoint": "api/v1/lineage"}
+        ),
     }
 )
 
@@ -172,3 +190,11 @@ def airflow(service: Service) -> Airflow:
     # Read by Airflow at each connection lookup, so it may be set after import.
     os.environ["AIRFLOW_CONN_BATCHGATE_DEFAULT"] = f"batchgate://127.0.0.1:{service.port}"
     return Airflow(_load_dags())
+
+
+@pytest.fixture(scope="session")
+def lineage(service: Service) -> Iterator[LineageRecorder]:
+    """What the OpenLineage provider posted to the real service, with its answers."""
+    LINEAGE.upstream = service.base_url
+    yield LINEAGE
+    LINEAGE.close()
