@@ -20,7 +20,8 @@
 //! that cycle over 1,000 of the seeded partitions; after the warm-up those are
 //! in batchgate's readiness cache, so the windows measure the cached path. The
 //! servers take turns, a short window each, four rounds over, so that other
-//! work on the machine weighs on all of them alike.
+//! work on the machine weighs on all of them alike; how much CPU other
+//! processes took meanwhile is printed too.
 //!
 //! Run: `cargo bench --bench ready` (beside another build in the same checkout,
 //! add `CARGO_TARGET_DIR=<another dir>` so the two do not wait on each other).
@@ -385,6 +386,7 @@ impl Tally {
 async fn measure(addrs: &[SocketAddr]) -> Result<Vec<Load>> {
     let requests: Arc<[Vec<u8>]> = requests()?.into();
     let mut tallies: Vec<Tally> = addrs.iter().map(|_| Tally::default()).collect();
+    let before = CpuTicks::now();
     for round in 0..ROUNDS {
         // Each round starts with the next server, so none always goes first.
         for i in 0..addrs.len() {
@@ -392,7 +394,51 @@ async fn measure(addrs: &[SocketAddr]) -> Result<Vec<Load>> {
             tallies[k].add(window(addrs[k], &requests).await?);
         }
     }
+    if let (Some(before), Some(after)) = (before, CpuTicks::now()) {
+        let others = after.others_share_since(&before) * 100.0;
+        let warning = if others > 5.0 { "  WARNING: the machine was not idle; the numbers are disturbed" } else { "" };
+        println!("other processes used {others:.0}% of the machine's CPU while measuring{warning}");
+    }
     tallies.into_iter().map(Tally::summary).collect()
+}
+
+/// CPU time spent so far, in clock ticks, from Linux's `/proc`.
+struct CpuTicks {
+    /// Every CPU, busy and idle.
+    total: u64,
+    /// Every CPU, running processes (or stolen by the hypervisor).
+    busy: u64,
+    /// This process.
+    own: u64,
+}
+
+impl CpuTicks {
+    fn now() -> Option<Self> {
+        // The first line: cpu user nice system idle iowait irq softirq steal …
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu: Vec<u64> =
+            stat.lines().next()?.split_whitespace().skip(1).take(8).map(|t| t.parse().ok()).collect::<Option<_>>()?;
+        let &[user, nice, system, idle, iowait, irq, softirq, steal] = cpu.as_slice() else {
+            return None;
+        };
+        // After the command name: state is field 3, utime 14, stime 15.
+        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let fields: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
+        let (utime, stime): (u64, u64) = (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
+        Some(Self {
+            total: user + nice + system + idle + iowait + irq + softirq + steal,
+            // Interrupt time is left out: this process's own loopback traffic
+            // lands there, accounted to no process.
+            busy: user + nice + system + steal,
+            own: utime + stime,
+        })
+    }
+
+    /// The share of the machine's CPU that other processes used since `earlier`.
+    fn others_share_since(&self, earlier: &Self) -> f64 {
+        let others = (self.busy - earlier.busy).saturating_sub(self.own - earlier.own);
+        others as f64 / (self.total - earlier.total).max(1) as f64
+    }
 }
 
 /// A warm-up, then one measured window, from [`CONNECTIONS`] connections.
