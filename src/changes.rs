@@ -48,7 +48,7 @@ struct CacheInner {
     /// the cache, so a fill can never resurrect what an invalidation removed.
     generation: u64,
     enabled: bool,
-    partitions: HashMap<String, HashMap<String, Option<PartitionRecord>>>,
+    partitions: HashMap<String, HashMap<String, Option<Arc<PartitionRecord>>>>,
     entries: usize,
     /// `/ready?task=&dt=` → the latest batch's dataset, id and partitions.
     tasks: HashMap<Key, Option<Arc<TaskLatest>>>,
@@ -146,7 +146,7 @@ impl ChangeHub {
     }
 
     /// `Some(entry)` on a hit (the entry itself may say "no such partition").
-    pub fn cached_partition(&self, dataset: &str, partition: &str) -> Option<Option<PartitionRecord>> {
+    pub fn cached_partition(&self, dataset: &str, partition: &str) -> Option<Option<Arc<PartitionRecord>>> {
         let c = self.cache.read().expect("cache lock");
         if !c.enabled {
             return None;
@@ -154,7 +154,13 @@ impl ChangeHub {
         c.partitions.get(dataset)?.get(partition).cloned()
     }
 
-    pub fn fill_partition(&self, seen: Generation, dataset: &str, partition: &str, value: Option<PartitionRecord>) {
+    pub fn fill_partition(
+        &self,
+        seen: Generation,
+        dataset: &str,
+        partition: &str,
+        value: Option<Arc<PartitionRecord>>,
+    ) {
         let mut c = self.cache.write().expect("cache lock");
         if !c.enabled || c.generation != seen.0 {
             return;
@@ -202,11 +208,11 @@ mod tests {
         let hub = ChangeHub::new(true);
         let seen = hub.generation();
         hub.publish(Change { dataset: "d".into(), partitions: Some(vec!["dt=2026-08-24".into()]) });
-        hub.fill_partition(seen, "d", "dt=2026-08-24", Some(rec(1)));
+        hub.fill_partition(seen, "d", "dt=2026-08-24", Some(Arc::new(rec(1))));
         assert_eq!(hub.cached_partition("d", "dt=2026-08-24"), None);
         let seen = hub.generation();
-        hub.fill_partition(seen, "d", "dt=2026-08-24", Some(rec(2)));
-        assert_eq!(hub.cached_partition("d", "dt=2026-08-24"), Some(Some(rec(2))));
+        hub.fill_partition(seen, "d", "dt=2026-08-24", Some(Arc::new(rec(2))));
+        assert_eq!(hub.cached_partition("d", "dt=2026-08-24"), Some(Some(Arc::new(rec(2)))));
     }
 
     #[test]

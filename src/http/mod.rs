@@ -12,15 +12,16 @@ mod ready;
 mod repairs;
 mod service;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::MatchedPath;
-use axum::http::{HeaderName, Request, StatusCode};
+use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::{middleware, Router};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
@@ -39,6 +40,9 @@ pub struct AppState {
     pub hub: Arc<ChangeHub>,
 }
 
+/// Longest any request but a `/ready` long-poll may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 pub fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
     let api = Router::new()
@@ -48,18 +52,16 @@ pub fn router(state: AppState) -> Router {
         .merge(lineage::router())
         .merge(openlineage::router())
         .merge(partitions::router())
-        .merge(ready::router())
         .merge(repairs::router())
         .merge(service::router())
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
+        // `/ready` bounds its own long-poll (`wait` ≤ MAX_WAIT_SECONDS) and is
+        // the hot path: it goes without a timer.
+        .merge(ready::router())
         .with_state(state);
     // Outermost last: every response, even a panic or a timeout, passes the
     // JSON error mapping, the 5xx log and the request id.
     api.layer(RequestBodyLimitLayer::new(BODY_LIMIT))
-        // Long-polls may take MAX_WAIT_SECONDS; nothing else comes close.
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            Duration::from_secs(MAX_WAIT_SECONDS as u64 + 30),
-        ))
         .layer(CatchPanicLayer::new())
         .layer(middleware::map_response(error::json_errors))
         .layer(middleware::map_response(error::log_server_errors))
@@ -69,5 +71,28 @@ pub fn router(state: AppState) -> Router {
             let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
             tracing::info_span!("request", method = %req.method(), path, request_id = id)
         }))
-        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(request_id, SequentialRequestId::new()))
+}
+
+/// Request ids `<process prefix>-<counter>`: unique across replicas (the
+/// prefix is random per process) without a system call per request, as a
+/// random UUID would cost.
+#[derive(Clone)]
+struct SequentialRequestId {
+    prefix: Arc<str>,
+    next: Arc<AtomicU64>,
+}
+
+impl SequentialRequestId {
+    fn new() -> Self {
+        let prefix = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+        Self { prefix: prefix.into(), next: Arc::new(AtomicU64::new(1)) }
+    }
+}
+
+impl MakeRequestId for SequentialRequestId {
+    fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::from_str(&format!("{}-{n:x}", self.prefix)).ok().map(RequestId::new)
+    }
 }

@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
@@ -110,7 +111,7 @@ fn parse(raw: Option<&str>) -> Result<ReadyQuery> {
 }
 
 /// The standing of each partition, from the cache where it can.
-async fn statuses(app: &AppState, dataset: &str, partitions: &[String]) -> Result<Vec<Option<PartitionRecord>>> {
+async fn statuses(app: &AppState, dataset: &str, partitions: &[String]) -> Result<Vec<Option<Arc<PartitionRecord>>>> {
     let mut out = Vec::with_capacity(partitions.len());
     let mut missing = Vec::new();
     for (i, p) in partitions.iter().enumerate() {
@@ -128,7 +129,7 @@ async fn statuses(app: &AppState, dataset: &str, partitions: &[String]) -> Resul
     let seen = app.hub.generation();
     let names: Vec<String> = missing.iter().map(|&i| partitions[i].clone()).collect();
     let fetched = app.store.partition_status(dataset, &names).await?;
-    for (&i, rec) in missing.iter().zip(fetched) {
+    for (&i, rec) in missing.iter().zip(fetched.into_iter().map(|r| r.map(Arc::new))) {
         app.hub.fill_partition(seen, dataset, &partitions[i], rec.clone());
         out[i] = rec;
     }
@@ -146,9 +147,56 @@ async fn task_latest(app: &AppState, task: &str, dt: NaiveDate) -> Result<Option
     Ok(latest)
 }
 
-struct Answer {
+/// A readiness answer: a ready body already serialised (the hot path of
+/// sensors polling), or the not-ready body.
+enum Answer {
+    Ready(Vec<u8>),
+    NotReady(Value),
+}
+
+impl Answer {
+    fn is(&self, reason: &str) -> bool {
+        matches!(self, Answer::NotReady(b) if b["reason"] == reason)
+    }
+}
+
+/// The task query a ready answer was for.
+struct TaskContext<'a> {
+    task: &'a str,
+    dt: NaiveDate,
+    latest_batch_id: &'a str,
+}
+
+#[derive(Serialize)]
+struct ReadyBody<'a> {
     ready: bool,
-    body: Value,
+    dataset: &'a str,
+    partitions: Vec<ReadyEntry<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dt: Option<NaiveDate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latest_batch_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct ReadyEntry<'a> {
+    partition: &'a str,
+    version: i64,
+    batch_id: Option<&'a str>,
+    row_count: Option<i64>,
+    published_at: Option<DateTime<Utc>>,
+    restatement: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    supersedes: Option<Supersedes<'a>>,
+}
+
+#[derive(Serialize)]
+struct Supersedes<'a> {
+    version: i64,
+    batch_id: Option<&'a str>,
+    row_count: Option<i64>,
 }
 
 fn published(r: &PartitionRecord) -> Value {
@@ -158,13 +206,20 @@ fn published(r: &PartitionRecord) -> Value {
 /// A published partition as a ready answer shows it. A later version is a
 /// restatement and names what it replaced, so a consumer that accumulates
 /// can subtract the old contribution instead of adding twice.
-fn ready_entry(r: &PartitionRecord) -> Value {
-    let mut v = published(r);
-    v["restatement"] = json!(r.version > 1);
-    if r.version > 1 {
-        v["supersedes"] = json!({"version": r.version - 1, "batch_id": r.prev_published_batch_id, "row_count": r.prev_published_row_count});
+fn ready_entry(r: &PartitionRecord) -> ReadyEntry<'_> {
+    ReadyEntry {
+        partition: &r.partition,
+        version: r.version,
+        batch_id: r.published_batch_id.as_deref(),
+        row_count: r.row_count,
+        published_at: r.published_at,
+        restatement: r.version > 1,
+        supersedes: (r.version > 1).then(|| Supersedes {
+            version: r.version - 1,
+            batch_id: r.prev_published_batch_id.as_deref(),
+            row_count: r.prev_published_row_count,
+        }),
     }
-    v
 }
 
 /// Why a partition is not ready: its latest batch's state first, then an
@@ -186,10 +241,15 @@ fn not_ready(reason: &str, extra: Value) -> Answer {
     if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
         b.extend(extra);
     }
-    Answer { ready: false, body }
+    Answer::NotReady(body)
 }
 
-fn judge(dataset: &str, partitions: &[String], found: Vec<Option<PartitionRecord>>) -> Answer {
+fn judge(
+    dataset: &str,
+    partitions: &[String],
+    found: Vec<Option<Arc<PartitionRecord>>>,
+    ctx: Option<&TaskContext>,
+) -> Answer {
     let blocker = partitions.iter().zip(&found).find(|(_, f)| f.as_ref().is_none_or(|r| why_not(r).is_some()));
     if let Some((name, rec)) = blocker {
         let each: Vec<Value> = partitions
@@ -216,25 +276,33 @@ fn judge(dataset: &str, partitions: &[String], found: Vec<Option<PartitionRecord
         }
         return not_ready(why_not(r).unwrap_or("ready"), extra);
     }
-    let items: Vec<Value> = found.iter().flatten().map(ready_entry).collect();
-    Answer { ready: true, body: json!({"ready": true, "dataset": dataset, "partitions": items}) }
+    let body = ReadyBody {
+        ready: true,
+        dataset,
+        partitions: found.iter().flatten().map(|r| ready_entry(r)).collect(),
+        task: ctx.map(|c| c.task),
+        dt: ctx.map(|c| c.dt),
+        latest_batch_id: ctx.map(|c| c.latest_batch_id),
+    };
+    Answer::Ready(serde_json::to_vec(&body).expect("a ready body serialises"))
 }
 
 async fn evaluate(app: &AppState, target: &Target) -> Result<Answer> {
     match target {
         Target::Partitions { dataset, partitions } => {
-            Ok(judge(dataset, partitions, statuses(app, dataset, partitions).await?))
+            Ok(judge(dataset, partitions, statuses(app, dataset, partitions).await?, None))
         }
         Target::Task { task, dt } => {
             let Some(latest) = task_latest(app, task, *dt).await? else {
                 return Ok(not_ready("no_batch", json!({"task": task, "dt": dt})));
             };
             let found = statuses(app, &latest.dataset, &latest.partitions).await?;
-            let mut answer = judge(&latest.dataset, &latest.partitions, found);
-            if let Some(b) = answer.body.as_object_mut() {
-                b.insert("task".into(), json!(task));
-                b.insert("dt".into(), json!(dt));
-                b.insert("latest_batch_id".into(), json!(latest.batch_id));
+            let ctx = TaskContext { task, dt: *dt, latest_batch_id: &latest.batch_id };
+            let mut answer = judge(&latest.dataset, &latest.partitions, found, Some(&ctx));
+            if let Answer::NotReady(b) = &mut answer {
+                b["task"] = json!(task);
+                b["dt"] = json!(dt);
+                b["latest_batch_id"] = json!(latest.batch_id);
             }
             Ok(answer)
         }
@@ -272,8 +340,10 @@ async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response
         None => evaluate_or_unavailable(&app, &q.target).await,
         Some(wait) => long_poll(&app, &q.target, q.until, Instant::now() + wait).await,
     };
-    let status = if answer.ready { StatusCode::OK } else { StatusCode::NOT_FOUND };
-    (status, Json(answer.body)).into_response()
+    match answer {
+        Answer::Ready(bytes) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Answer::NotReady(body) => (StatusCode::NOT_FOUND, Json(body)).into_response(),
+    }
 }
 
 /// Answers as soon as the target is ready, else at the deadline. Between
@@ -284,7 +354,7 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
     let mut rx = app.hub.subscribe();
     loop {
         let answer = evaluate_or_unavailable(app, target).await;
-        if answer.ready || (until == Until::ReadyOrRejected && answer.body["reason"] == "rejected") {
+        if matches!(answer, Answer::Ready(_)) || (until == Until::ReadyOrRejected && answer.is("rejected")) {
             return answer;
         }
         loop {
