@@ -220,6 +220,8 @@ pub struct SqlStore {
     hub: Arc<ChangeHub>,
     /// Every alert is POSTed here (besides each dataset's own `webhook_url`).
     webhook_url: Option<String>,
+    /// PostgreSQL: replicas' acknowledgements of changes.
+    acks: Option<Arc<postgres::Acks>>,
 }
 
 /// Pool size and connection settings.
@@ -248,13 +250,21 @@ impl SqlStore {
                     clock,
                     hub: ChangeHub::new(true),
                     webhook_url: opts.webhook_url.clone(),
+                    acks: None,
                 }
             }
             Some("postgres" | "postgresql") => {
                 let pool = postgres::connect(url, opts).await?;
                 let hub = ChangeHub::new(false);
-                postgres::spawn_listener(pool.clone(), hub.clone()).await;
-                Self { backend: Backend::Postgres(pool), clock, hub, webhook_url: opts.webhook_url.clone() }
+                let acks = postgres::Acks::new();
+                postgres::spawn_listener(pool.clone(), hub.clone(), acks.clone()).await;
+                Self {
+                    backend: Backend::Postgres(pool),
+                    clock,
+                    hub,
+                    webhook_url: opts.webhook_url.clone(),
+                    acks: Some(acks),
+                }
             }
             _ => anyhow::bail!("database URL must start with sqlite: or postgres:, got {url:?}"),
         };
@@ -289,23 +299,35 @@ impl SqlStore {
         })
     }
 
-    /// Tells other replicas, from inside the transaction, that these
-    /// partitions changed. Delivered only if the transaction commits.
-    async fn announce(&self, tx: &mut Tx, changes: &[Change]) -> Result<()> {
-        if let Tx::Postgres(t) = tx {
-            for c in changes {
-                postgres::notify(t, c).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Commits, then publishes the changes to this replica's hub.
+    /// Commits, then publishes the changes to this replica's hub. On
+    /// PostgreSQL the changes are also notified to every replica from inside
+    /// the transaction (delivered only if it commits), and the answer waits
+    /// until each live replica has applied them.
     async fn finish(&self, mut tx: Tx, changes: Vec<Change>) -> Result<()> {
-        self.announce(&mut tx, &changes).await?;
-        tx.commit().await?;
+        let token = match (&mut tx, &self.acks) {
+            (Tx::Postgres(t), Some(acks)) if !changes.is_empty() => {
+                let token = acks.register();
+                for c in &changes {
+                    if let Err(e) = postgres::notify(t, c, &token).await {
+                        acks.forget(&token);
+                        return Err(e.into());
+                    }
+                }
+                Some(token)
+            }
+            _ => None,
+        };
+        if let Err(e) = tx.commit().await {
+            if let (Some(t), Some(acks)) = (&token, &self.acks) {
+                acks.forget(t);
+            }
+            return Err(e.into());
+        }
         for c in changes {
             self.hub.publish(c);
+        }
+        if let (Some(t), Some(acks)) = (&token, &self.acks) {
+            acks.wait(t).await;
         }
         Ok(())
     }

@@ -4,8 +4,10 @@
 //! committed change is announced with `NOTIFY` so that each replica's
 //! readiness cache and long-poll waiters hear of it.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use std::time::Instant;
 
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -45,11 +47,105 @@ pub(super) async fn begin_write(pool: &PgPool) -> sqlx::Result<Transaction<'stat
     Ok(tx)
 }
 
-pub(super) async fn notify(tx: &mut Transaction<'static, Postgres>, change: &Change) -> sqlx::Result<()> {
-    let mut payload = serde_json::to_string(change).expect("a change serialises");
+/// Replicas say they are alive, and acknowledge each change they applied, here.
+const ACK_CHANNEL: &str = "batchgate_acks";
+
+/// How often a replica says it is alive, and how long after its last word it
+/// still counts as one whose acknowledgement a writer waits for.
+const HELLO_EVERY: Duration = Duration::from_secs(1);
+const ALIVE_FOR: Duration = Duration::from_secs(3);
+
+/// Longest a writer waits for the other replicas to apply its change.
+const ACK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A change as notified: the token names the writing transaction, so that
+/// replicas can acknowledge it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Notice {
+    token: String,
+    #[serde(flatten)]
+    change: Change,
+}
+
+/// Read-your-writes across replicas. A writer does not answer until every
+/// live replica has applied its change to its cache (or `ACK_TIMEOUT`
+/// passes, for a replica that died without a word): a client that was told
+/// "committed" and then asks another replica gets the new answer.
+pub(super) struct Acks {
+    instance: String,
+    alive: Mutex<HashMap<String, Instant>>,
+    pending: Mutex<HashMap<String, HashSet<String>>>,
+}
+
+impl Acks {
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            instance: uuid::Uuid::new_v4().simple().to_string(),
+            alive: Mutex::default(),
+            pending: Mutex::default(),
+        })
+    }
+
+    /// A fresh token for one transaction's changes, registered before commit.
+    pub(super) fn register(&self) -> String {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        self.pending.lock().expect("acks lock").insert(token.clone(), HashSet::new());
+        token
+    }
+
+    pub(super) fn forget(&self, token: &str) {
+        self.pending.lock().expect("acks lock").remove(token);
+    }
+
+    fn heard(&self, message: &str) {
+        match message.split('|').collect::<Vec<_>>()[..] {
+            ["hello", instance] => {
+                self.alive.lock().expect("acks lock").insert(instance.to_owned(), Instant::now());
+            }
+            ["ack", token, instance] => {
+                self.alive.lock().expect("acks lock").insert(instance.to_owned(), Instant::now());
+                if let Some(acked) = self.pending.lock().expect("acks lock").get_mut(token) {
+                    acked.insert(instance.to_owned());
+                }
+            }
+            _ => tracing::warn!(message, "unreadable acknowledgement"),
+        }
+    }
+
+    /// Waits until every live replica acknowledged `token`.
+    pub(super) async fn wait(&self, token: &str) {
+        let deadline = Instant::now() + ACK_TIMEOUT;
+        loop {
+            let missing: Vec<String> = {
+                let now = Instant::now();
+                let alive = self.alive.lock().expect("acks lock");
+                let pending = self.pending.lock().expect("acks lock");
+                let acked = pending.get(token);
+                alive
+                    .iter()
+                    .filter(|(i, seen)| now.duration_since(**seen) < ALIVE_FOR && acked.is_none_or(|a| !a.contains(*i)))
+                    .map(|(i, _)| i.clone())
+                    .collect()
+            };
+            if missing.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(?missing, "replicas did not acknowledge a change in time");
+                break;
+            }
+            tokio::time::sleep(Duration::from_micros(300)).await;
+        }
+        self.forget(token);
+    }
+}
+
+pub(super) async fn notify(tx: &mut Transaction<'static, Postgres>, change: &Change, token: &str) -> sqlx::Result<()> {
+    let mut notice = Notice { token: token.to_owned(), change: change.clone() };
+    let mut payload = serde_json::to_string(&notice).expect("a change serialises");
     if payload.len() > MAX_PAYLOAD {
-        let whole = Change { dataset: change.dataset.clone(), partitions: None };
-        payload = serde_json::to_string(&whole).expect("a change serialises");
+        notice.change.partitions = None;
+        payload = serde_json::to_string(&notice).expect("a change serialises");
     }
     sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(&mut **tx).await?;
     Ok(())
@@ -59,7 +155,16 @@ pub(super) async fn notify(tx: &mut Transaction<'static, Postgres>, change: &Cha
 /// change published twice only costs one extra cache miss). While the
 /// listening connection is down the hub is suspended: no cache, and waiters
 /// re-read, because notifications sent meanwhile are lost.
-pub(super) async fn spawn_listener(pool: PgPool, hub: Arc<ChangeHub>) {
+pub(super) async fn spawn_listener(pool: PgPool, hub: Arc<ChangeHub>, acks: Arc<Acks>) {
+    let hello = (pool.clone(), acks.clone());
+    tokio::spawn(async move {
+        let (pool, acks) = hello;
+        let mut tick = tokio::time::interval(HELLO_EVERY);
+        while !pool.is_closed() {
+            tick.tick().await;
+            let _ = say(&pool, &format!("hello|{}", acks.instance)).await;
+        }
+    });
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let mut ready_tx = Some(ready_tx);
     tokio::spawn(async move {
@@ -72,8 +177,14 @@ pub(super) async fn spawn_listener(pool: PgPool, hub: Arc<ChangeHub>) {
                     }
                     loop {
                         match listener.try_recv().await {
-                            Ok(Some(n)) => match serde_json::from_str::<Change>(n.payload()) {
-                                Ok(change) => hub.publish(change),
+                            Ok(Some(n)) if n.channel() == ACK_CHANNEL => acks.heard(n.payload()),
+                            Ok(Some(n)) => match serde_json::from_str::<Notice>(n.payload()) {
+                                Ok(notice) => {
+                                    hub.publish(notice.change);
+                                    let ack = format!("ack|{}|{}", notice.token, acks.instance);
+                                    let pool = pool.clone();
+                                    tokio::spawn(async move { say(&pool, &ack).await });
+                                }
                                 Err(e) => {
                                     tracing::warn!(error = %e, "unreadable change notification")
                                 }
@@ -105,6 +216,10 @@ pub(super) async fn spawn_listener(pool: PgPool, hub: Arc<ChangeHub>) {
 async fn listen(pool: &PgPool) -> sqlx::Result<PgListener> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.eager_reconnect(false);
-    listener.listen(CHANNEL).await?;
+    listener.listen_all([CHANNEL, ACK_CHANNEL]).await?;
     Ok(listener)
+}
+
+async fn say(pool: &PgPool, message: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_notify($1, $2)").bind(ACK_CHANNEL).bind(message).execute(pool).await.map(drop)
 }

@@ -155,7 +155,7 @@ async fn bad_requests_are_refused_by_name_and_change_nothing(app: TestApp) {
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
         None,
-        app.post_raw(&format!("/v1/batches/{id}/commit"), huge).await,
+        app.post_too_large(&format!("/v1/batches/{id}/commit"), huge).await,
     )
     .await;
 

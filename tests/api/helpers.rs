@@ -189,6 +189,27 @@ impl TestApp {
         (status, resp.json().await.expect("JSON body"))
     }
 
+    /// Posts a body over the limit. The service answers 413 from the
+    /// `Content-Length` alone and closes the connection without reading the
+    /// body, so the client, still writing, can see a reset instead of the
+    /// answer; such transport failures are retried (a few times at most).
+    pub async fn post_too_large(&self, path: &str, body: String) -> (StatusCode, Value) {
+        for _ in 0..5 {
+            let sent = self
+                .client
+                .post(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await;
+            if let Ok(resp) = sent {
+                let status = resp.status();
+                return (status, resp.json().await.expect("JSON body"));
+            }
+        }
+        panic!("no answer to an oversized body in five tries");
+    }
+
     pub async fn start(&self, task: &str, dataset: &str, dt: &str, partitions: &[&str]) -> (StatusCode, Value) {
         self.post("/v1/batches", &json!({"task": task, "dataset": dataset, "dt": dt, "partitions": partitions})).await
     }

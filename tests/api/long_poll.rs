@@ -98,3 +98,22 @@ async fn a_long_poll_until_ready_or_rejected_returns_on_a_rejection(app: TestApp
     let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll).await.expect("answered early").unwrap();
     assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("rejected")));
 }
+
+/// Read-your-writes across replicas: once one instance has answered a
+/// change, another instance's (cached) `/ready` never answers from before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_through_one_instance_is_seen_at_once_on_another() {
+    let Some(writer) = TestApp::spawn(Backend::Postgres).await else { return };
+    let reader = writer.replica().await;
+    for round in 0..30 {
+        let dt = format!("2026-07-{:02}", round + 1);
+        let p = format!("dt={dt}");
+        assert_eq!(reader.ready("d.ryw", &[&p]).await.0, StatusCode::NOT_FOUND, "warms the reader's cache");
+        let id = writer.start_ok("t", "d.ryw", &dt, &[&p]).await;
+        let (_, body) = reader.ready("d.ryw", &[&p]).await;
+        assert_eq!(body["reason"], "running", "round {round}: the reader answered from before the start");
+        assert_eq!(writer.commit(&id, &clean(&p, 10)).await.0, StatusCode::OK);
+        let (status, body) = reader.ready("d.ryw", &[&p]).await;
+        assert_eq!(status, StatusCode::OK, "round {round}: the reader answered from before the commit: {body}");
+    }
+}
