@@ -10,6 +10,7 @@
 mod alerts;
 mod batches;
 pub mod db;
+mod decide;
 mod lineage;
 mod openlineage;
 mod postgres;

@@ -1,0 +1,301 @@
+//! Deciding a batch: commit (the checks, then publish or reject) and fail.
+//! Each is one transaction under the write lock; a repeated request gets the
+//! recorded answer.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use super::alerts::{self, NewAlert};
+use super::batches::{event, load_policy, load_record, not_found, partitions_of, settle};
+use super::db::{args, Conn};
+use super::lineage;
+use super::records::BatchRow;
+use super::{Decision, FailReport, SqlStore};
+use crate::changes::Change;
+use crate::domain::alerts::{self as alert_rules, Advice, AlertKind, OwnerOf};
+use crate::domain::batch::BatchState;
+use crate::domain::checks::{self, CheckResult, CommitEvidence, PartitionHistory};
+use crate::domain::names::PartitionSpec;
+use crate::domain::policy::DatasetPolicy;
+use crate::error::{Error, Result};
+
+impl SqlStore {
+    /// What to answer when a commit or fail arrives for a batch that is no
+    /// longer running: the recorded answer if it is the same request again,
+    /// else a conflict naming the state.
+    fn decided_answer(b: &BatchRow, kind: &str, fingerprint: &str) -> Result<Decision> {
+        if b.decision_kind.as_deref() == Some(kind) && b.decision_fingerprint.as_deref() == Some(fingerprint) {
+            if let (Some(status), Some(body)) = (b.decision_status, &b.decision_body) {
+                return Ok(Decision { status: u16::try_from(status).unwrap_or(500), body: body.0.clone() });
+            }
+        }
+        let state = b.state();
+        if state == BatchState::Abandoned && b.superseded_by.is_none() {
+            return Err(Error::conflict(
+                "lease_expired",
+                format!(
+                    "batch {}'s lease expired at {} without a heartbeat; it was abandoned",
+                    b.batch_id,
+                    b.lease_expires_at.to_rfc3339()
+                ),
+                json!({"batch_id": b.batch_id, "state": state, "lease_expired_at": b.lease_expires_at}),
+            ));
+        }
+        if state == BatchState::Abandoned {
+            return Err(Error::conflict(
+                "superseded",
+                format!(
+                    "batch {}'s lease expired and batch {} started on its partitions",
+                    b.batch_id,
+                    b.superseded_by.as_deref().unwrap_or("?")
+                ),
+                json!({"batch_id": b.batch_id, "state": state, "superseded_by": b.superseded_by}),
+            ));
+        }
+        Err(Error::conflict(
+            "already_decided",
+            format!(
+                "batch {} is already {} (by a {} with another body)",
+                b.batch_id,
+                state,
+                b.decision_kind.as_deref().unwrap_or("decision")
+            ),
+            json!({"batch_id": b.batch_id, "state": state, "decision": b.decision_kind}),
+        ))
+    }
+
+    pub(super) async fn do_commit(
+        &self,
+        batch_id: &str,
+        evidence: CommitEvidence,
+        fingerprint: String,
+    ) -> Result<Decision> {
+        let now = self.now();
+        let (mut tx, b) = self.lock_batch(batch_id).await?;
+        if b.state() != BatchState::Running {
+            return Self::decided_answer(&b, "commit", &fingerprint);
+        }
+        let mut c = tx.conn();
+        let policy = load_policy(&mut c, &b.dataset).await?.policy();
+        let declared: Vec<PartitionSpec> = partitions_of(&mut c, batch_id)
+            .await?
+            .iter()
+            .map(|p| PartitionSpec::parse(p).map_err(|e| anyhow::anyhow!("stored partition {p:?}: {e}")))
+            .collect::<Result<_, _>>()?;
+        let mut history = BTreeMap::new();
+        for p in &declared {
+            let (published_row_count, version, baseline_key): (Option<i64>, i64, String) = c
+                .one(
+                    "SELECT published_row_count, version, baseline_key FROM partitions WHERE dataset = $1 AND partition_spec = $2",
+                    args![&b.dataset, p.as_str()],
+                )
+                .await?;
+            let baseline: Vec<(i64,)> = c
+                .all(
+                    "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2 AND dt < $3 \
+                       AND version > 0 AND published_row_count IS NOT NULL ORDER BY dt DESC LIMIT $4",
+                    args![&b.dataset, baseline_key, b.dt, i64::from(policy.baseline_periods)],
+                )
+                .await?;
+            history.insert(
+                p.clone(),
+                PartitionHistory {
+                    published_row_count: if version > 0 { published_row_count } else { None },
+                    baseline: baseline.into_iter().map(|(n,)| n).collect(),
+                },
+            );
+        }
+        let verdict = checks::evaluate(&policy, &declared, &history, &evidence);
+
+        for p in &evidence.partitions {
+            c.exec(
+                "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7 \
+                 WHERE batch_id = $1 AND target_partition = $2",
+                args![batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, json!(p.metrics)],
+            )
+            .await?;
+        }
+        let source = evidence.source.as_ref().map(|s| json!({"row_count": s.row_count, "metrics": s.metrics}));
+        c.exec(
+            "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5 WHERE batch_id = $1",
+            args![batch_id, evidence.marker.clone(), source, json!(verdict.checks), fingerprint],
+        )
+        .await?;
+
+        let mut ripple = lineage::Ripple { changes: Vec::new(), webhook: self.webhook_url.clone() };
+        let changed = if verdict.passed {
+            let mut published = Vec::new();
+            for p in &evidence.partitions {
+                let (prev,): (Option<String>,) = c
+                    .one(
+                        "SELECT published_batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2",
+                        args![&b.dataset, p.partition.as_str()],
+                    )
+                    .await?;
+                let (version,): (i64,) = c
+                    .one(
+                        "UPDATE partitions SET version = version + 1, published_batch_id = $3, published_row_count = $4, published_at = $5, \
+                           prev_published_batch_id = published_batch_id, prev_published_row_count = published_row_count \
+                         WHERE dataset = $1 AND partition_spec = $2 RETURNING version",
+                        args![&b.dataset, p.partition.as_str(), batch_id, p.row_count, now],
+                    )
+                    .await?;
+                c.exec(
+                    "UPDATE task_produce_log SET version = $3 WHERE batch_id = $1 AND target_partition = $2",
+                    args![batch_id, p.partition.as_str(), version],
+                )
+                .await?;
+                if let Some(prev) = prev {
+                    supersede(&mut c, &prev, p.partition.as_str(), batch_id, now).await?;
+                }
+                published.push((p.partition.to_string(), version));
+            }
+            let changed = settle(&mut c, &b, BatchState::Published, now).await?;
+            for (partition, version) in &published {
+                lineage::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut ripple).await?;
+            }
+            event(&mut c, batch_id, "committed", now, json!({"state": "published", "marker": evidence.marker})).await?;
+            alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
+            changed
+        } else {
+            let changed = settle(&mut c, &b, BatchState::Rejected, now).await?;
+            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name).collect();
+            event(&mut c, batch_id, "committed", now, json!({"state": "rejected", "failed_checks": failed})).await?;
+            let advice = alert_rules::for_rejection(verdict.checks.iter().map(|c| (c.name, c.status)));
+            let failing: Vec<&CheckResult> = verdict.failed_checks().collect();
+            let message = format!("batch {batch_id} was rejected: {} failed", failed.join(", "));
+            let alert = NewAlert {
+                stage: Some("verify".into()),
+                failing_checks: json!(failing),
+                owner: owner_for(&mut c, advice, &b, &policy).await?,
+                ..NewAlert::about_batch(AlertKind::Rejected, &b, &policy, changed.clone(), advice, message)
+            };
+            alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
+            changed
+        };
+
+        let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
+        let mut body = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
+        let status = if verdict.passed {
+            200
+        } else {
+            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name).collect();
+            body["error"] = json!({
+                "code": "checks_failed",
+                "message": format!("batch {batch_id} rejected: {} failed", failed.join(", ")),
+                "details": {"batch_id": batch_id, "failed_checks": failed},
+            });
+            422
+        };
+        c.exec(
+            "UPDATE batches SET decision_status = $2, decision_body = $3 WHERE batch_id = $1",
+            args![batch_id, i64::from(status), body.clone()],
+        )
+        .await?;
+        let mut all = vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }];
+        all.extend(ripple.changes);
+        self.finish(tx, all).await?;
+        Ok(Decision { status, body })
+    }
+
+    pub(super) async fn do_fail(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
+        let now = self.now();
+        let (mut tx, b) = self.lock_batch(batch_id).await?;
+        if b.state() != BatchState::Running {
+            let answer = Self::decided_answer(&b, "fail", &fingerprint);
+            if answer.is_err() && matches!(b.state(), BatchState::Published | BatchState::Superseded) {
+                // The task thinks it failed, but its commit went through: it
+                // never heard the acknowledgement. Keep that in the history.
+                let detail = json!({"stage": report.stage, "category": report.category, "message": report.message});
+                event(&mut tx.conn(), batch_id, "fail_after_publish", now, detail).await?;
+                tx.commit().await?;
+            }
+            return answer;
+        }
+        let mut c = tx.conn();
+        c.exec(
+            "UPDATE batches SET fail_stage = $2, fail_category = $3, fail_message = $4, decision_kind = 'fail', decision_fingerprint = $5 \
+             WHERE batch_id = $1",
+            args![batch_id, report.stage.as_str(), report.category.as_str(), report.message.clone(), fingerprint],
+        )
+        .await?;
+        let changed = settle(&mut c, &b, BatchState::Failed, now).await?;
+        event(
+            &mut c,
+            batch_id,
+            "failed",
+            now,
+            json!({"stage": report.stage, "category": report.category, "message": report.message}),
+        )
+        .await?;
+        let policy = load_policy(&mut c, &b.dataset).await?.policy();
+        let advice = alert_rules::for_failure(report.category, report.stage);
+        let message = format!(
+            "batch {batch_id} failed at {} ({}){}",
+            report.stage,
+            report.category,
+            report.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+        );
+        let alert = NewAlert {
+            stage: Some(report.stage.to_string()),
+            category: Some(report.category.to_string()),
+            owner: owner_for(&mut c, advice, &b, &policy).await?,
+            ..NewAlert::about_batch(AlertKind::Failed, &b, &policy, changed.clone(), advice, message)
+        };
+        alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
+        let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
+        let body = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
+        c.exec(
+            "UPDATE batches SET decision_status = 200, decision_body = $2 WHERE batch_id = $1",
+            args![batch_id, body.clone()],
+        )
+        .await?;
+        self.finish(tx, vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }]).await?;
+        Ok(Decision { status: 200, body })
+    }
+}
+
+/// Marks the earlier publisher of a partition superseded there; the batch as a
+/// whole becomes `superseded` once none of its partitions is current.
+async fn supersede(c: &mut Conn<'_>, prev: &str, partition: &str, by: &str, now: DateTime<Utc>) -> Result<()> {
+    c.exec(
+        "UPDATE task_produce_log SET status = 'superseded' WHERE batch_id = $1 AND target_partition = $2",
+        args![prev, partition],
+    )
+    .await?;
+    let (current,): (i64,) = c
+        .one("SELECT COUNT(*) FROM task_produce_log WHERE batch_id = $1 AND status = 'published'", args![prev])
+        .await?;
+    if current == 0 {
+        let n = c
+            .exec("UPDATE batches SET state = 'superseded', superseded_by = $2 WHERE batch_id = $1 AND state = 'published'", args![prev, by])
+            .await?;
+        if n > 0 {
+            event(c, prev, "superseded", now, json!({"by": by})).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Who should act: the dataset's owner, or for bad source data the owners
+/// of the datasets the batch read (falling back to the dataset's owner when
+/// it read nothing with an owner).
+async fn owner_for(c: &mut Conn<'_>, advice: Advice, b: &BatchRow, policy: &DatasetPolicy) -> Result<Option<String>> {
+    if advice.owner != OwnerOf::Upstream {
+        return Ok(policy.owner.clone());
+    }
+    let owners: Vec<(String,)> = c
+        .all(
+            "SELECT DISTINCT d.owner FROM batch_inputs i JOIN datasets d ON d.name = i.input_dataset \
+             WHERE i.batch_id = $1 AND d.owner IS NOT NULL ORDER BY d.owner",
+            args![&b.batch_id],
+        )
+        .await?;
+    Ok(if owners.is_empty() {
+        policy.owner.clone()
+    } else {
+        Some(owners.into_iter().map(|(o,)| o).collect::<Vec<_>>().join(", "))
+    })
+}
