@@ -1,5 +1,5 @@
 //! What the background scans do: lease expiry, deadlines, webhook outbox;
-//! and the `written` report. Each decision is taken under the dataset's
+//! and the `written` report. Each decision is taken under the registry's
 //! write lock after re-reading the row, so with several replicas scanning at
 //! once a batch is abandoned, or an alert raised, exactly once.
 
