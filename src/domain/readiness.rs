@@ -36,6 +36,21 @@ pub fn partition_state(latest_touching: Option<BatchState>, has_published: bool)
     }
 }
 
+/// Why a partition is not fit to read, or `None` when it is: its latest
+/// batch's state first (`running`, `rejected`, …), then an invalidation, then
+/// upstream data that has moved on since it was built (`stale_upstream`).
+pub fn unfit(state: &str, invalidated: bool, stale: bool) -> Option<&str> {
+    if state != PartitionState::Ready.as_str() {
+        Some(state)
+    } else if invalidated {
+        Some("invalidated")
+    } else if stale {
+        Some("stale_upstream")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,6 +66,14 @@ mod tests {
         ] {
             assert_eq!(partition_state(Some(state), true), expected);
         }
+    }
+
+    #[test]
+    fn a_ready_partition_is_unfit_when_invalidated_or_stale() {
+        assert_eq!(unfit("running", true, true), Some("running"));
+        assert_eq!(unfit("ready", true, true), Some("invalidated"));
+        assert_eq!(unfit("ready", false, true), Some("stale_upstream"));
+        assert_eq!(unfit("ready", false, false), None);
     }
 
     #[test]

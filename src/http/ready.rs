@@ -24,6 +24,7 @@ use super::query::Params;
 use super::{AppState, MAX_WAIT_SECONDS};
 use crate::changes::{Signal, TaskLatest};
 use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
+use crate::domain::readiness::unfit;
 use crate::error::{Error, Result};
 use crate::store::PartitionRecord;
 
@@ -225,15 +226,7 @@ fn ready_entry(r: &PartitionRecord) -> ReadyEntry<'_> {
 /// Why a partition is not ready: its latest batch's state first, then an
 /// invalidation, then stale upstream data.
 fn why_not(r: &PartitionRecord) -> Option<&str> {
-    if r.state != "ready" {
-        Some(&r.state)
-    } else if r.invalidated_reason.is_some() {
-        Some("invalidated")
-    } else if r.stale_upstream.is_some() {
-        Some("stale_upstream")
-    } else {
-        None
-    }
+    unfit(&r.state, r.invalidated_reason.is_some(), r.stale_upstream.is_some())
 }
 
 fn not_ready(reason: &str, extra: Value) -> Answer {

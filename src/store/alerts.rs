@@ -12,6 +12,7 @@ use super::lineage::{walk, Direction, DOWNSTREAM_DEPTH};
 use super::records::BatchRow;
 use crate::domain::alerts::{severity, Action, Advice, AlertKind, Severity};
 use crate::domain::policy::DatasetPolicy;
+use crate::domain::readiness::unfit;
 use crate::error::Result;
 
 /// An alert about to be raised.
@@ -166,15 +167,14 @@ pub(super) async fn resolve_ready(c: &mut Conn<'_>, dataset: &str, dt: NaiveDate
     for (id, parts) in open {
         let mut all_ready = true;
         for p in &parts.0 {
-            // Ready and fit: not stale, not invalidated.
-            let fit: Option<(String, bool)> = c
+            let row: Option<(String, bool, bool)> = c
                 .opt(
-                    "SELECT state, (stale_upstream IS NULL AND invalidated_reason IS NULL) FROM partitions \
+                    "SELECT state, invalidated_reason IS NOT NULL, stale_upstream IS NOT NULL FROM partitions \
                      WHERE dataset = $1 AND partition_spec = $2",
                     args![dataset, p],
                 )
                 .await?;
-            all_ready &= fit.is_some_and(|(s, clean)| s == "ready" && clean);
+            all_ready &= row.is_some_and(|(state, invalidated, stale)| unfit(&state, invalidated, stale).is_none());
         }
         if all_ready {
             c.exec("UPDATE alerts SET state = 'resolved', resolved_at = $2 WHERE id = $1", args![id, now]).await?;

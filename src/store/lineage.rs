@@ -15,6 +15,7 @@ use super::batches::load_policy;
 use super::db::{args, Conn};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Action, AlertKind};
+use crate::domain::readiness;
 use crate::error::Result;
 
 /// How far alerts and repair plans look for partitions built on others.
@@ -60,15 +61,7 @@ struct Standing {
 impl Standing {
     /// Why this partition is not fit to read, if it is not.
     fn unfit(&self) -> Option<&str> {
-        if self.state != "ready" {
-            Some(&self.state)
-        } else if self.invalidated_reason.is_some() {
-            Some("invalidated")
-        } else if self.stale_upstream.is_some() {
-            Some("stale_upstream")
-        } else {
-            None
-        }
+        readiness::unfit(&self.state, self.invalidated_reason.is_some(), self.stale_upstream.is_some())
     }
 }
 

@@ -15,6 +15,7 @@ use super::SqlStore;
 use crate::domain::batch::{BatchState, FailStage};
 use crate::domain::checks::median;
 use crate::domain::names::{DatasetName, PartitionSpec};
+use crate::domain::readiness::unfit;
 use crate::domain::repair::{boundary, recommend, Attempt, RepairAction};
 use crate::error::{Error, Result};
 
@@ -41,7 +42,7 @@ struct Current {
 
 impl Current {
     fn fresh(&self) -> bool {
-        self.state == "ready" && self.stale_upstream.is_none() && self.invalidated_reason.is_none()
+        unfit(&self.state, self.invalidated_reason.is_some(), self.stale_upstream.is_some()).is_none()
     }
 }
 
