@@ -137,6 +137,7 @@ impl TestApp {
             scan_interval: None,
             webhook_url: webhook_url.clone(),
             webhook_backoff: Duration::from_secs(1),
+            ..Settings::default()
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
