@@ -4,6 +4,7 @@
 //! store for the configured database, the router on top of it, and serves
 //! until `shutdown` resolves.
 
+pub mod auth;
 pub mod changes;
 pub mod client;
 pub mod clock;
@@ -44,8 +45,19 @@ pub struct App {
 pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
     let opts = DbOptions { max_connections: settings.max_connections, webhook_url: settings.webhook_url.clone() };
     let store = SqlStore::connect(&settings.database_url, &opts, clock.clone()).await?;
-    let scanner = Arc::new(Scanner::new(store.clone(), clock, settings.webhook_backoff));
-    let state = http::AppState { hub: store.hub().clone(), store: store.clone() };
+    let scanner = Arc::new(Scanner::new(store.clone(), clock.clone(), settings.webhook_backoff));
+    let jwt = match &settings.jwt {
+        Some(j) => Some(auth::JwtVerifier::load(j.clone()).await?),
+        None => None,
+    };
+    let authenticator =
+        auth::Authenticator::new(store.clone(), store.hub().clone(), clock, settings.bootstrap_token.as_deref(), jwt);
+    // `build` cannot know the listen address: `serve` resolves `auto`
+    // against it first; what is left of `auto` here (tests, benchmarks on
+    // 127.0.0.1) counts as loopback.
+    let required = settings.auth == auth::AuthMode::Required;
+    let gate = auth::Gate { required, public_ready: settings.public_ready, authenticator };
+    let state = http::AppState { hub: store.hub().clone(), store: store.clone(), auth: Arc::new(gate) };
     Ok(App { router: http::router(state), store, scanner })
 }
 
@@ -57,8 +69,19 @@ pub async fn serve(
     clock: Arc<dyn Clock>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let mut settings = settings;
+    let required = settings.auth.required_on(addr);
+    if !required && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "authentication is OFF on a non-loopback address: anyone who can reach this port can publish, \
+             invalidate and change any dataset's policy; use --auth required and tokens"
+        );
+    }
+    settings.auth = if required { auth::AuthMode::Required } else { auth::AuthMode::Off };
     let app = build(&settings, clock).await?;
-    tracing::info!(addr = %listener.local_addr()?, backend = app.store.backend(), "batchgate serving");
+    tracing::info!(%addr, backend = app.store.backend(), auth = if required { "required" } else { "off" }, "batchgate serving");
     // Dropped (and so stopped) when serving ends.
     let _scans = settings.scan_interval.map(|every| AbortOnDrop(app.scanner.clone().spawn(every)));
     axum::serve(listener, app.router).with_graceful_shutdown(shutdown).await?;

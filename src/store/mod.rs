@@ -19,6 +19,7 @@ mod records;
 mod repairs;
 mod scans;
 mod sqlite;
+mod tokens;
 
 use std::sync::Arc;
 
@@ -32,6 +33,7 @@ pub use lineage::{ChangeRecord, Direction, InputRecord, LineageGraph, UnreadyInp
 pub use openlineage::LineageEvent;
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 pub use repairs::NewRepair;
+pub use tokens::{AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOKENS_CHANGED};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
 use crate::clock::Clock;
@@ -195,6 +197,19 @@ pub trait Store: Send + Sync + 'static {
     async fn set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()>;
     /// The batches an OpenLineage run started, oldest first.
     async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>>;
+
+    /// Stores a token's hash; 409 `token_exists` when the name is taken.
+    async fn create_token(&self, token: &NewToken) -> Result<TokenRecord>;
+    /// Every token, by name (hashes included, for the caller to keep to itself).
+    async fn list_tokens(&self) -> Result<Vec<TokenRecord>>;
+    /// Deletes a token; every replica stops accepting it before this returns
+    /// (PostgreSQL: as far as the change acknowledgements reach). False when
+    /// there was none of that name.
+    async fn revoke_token(&self, name: &str) -> Result<bool>;
+    async fn find_token(&self, secret_hash: &str) -> Result<Option<TokenRecord>>;
+    async fn touch_token(&self, name: &str, at: DateTime<Utc>) -> Result<()>;
+    async fn record_audit(&self, entries: &[AuditEntry]) -> Result<()>;
+    async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>>;
 }
 
 #[derive(Debug, Clone, Default)]

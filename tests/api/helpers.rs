@@ -96,33 +96,57 @@ pub struct TestApp {
     pub db: Arc<TestDb>,
     pub scanner: Arc<batchgate::scanner::Scanner>,
     webhook_url: Option<String>,
+    /// Applied to the settings of this instance, its replicas and restarts.
+    configure: Option<Configure>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
+
+/// Changes a test makes to an instance's settings.
+pub type Configure = Arc<dyn Fn(&mut Settings) + Send + Sync>;
 
 impl TestApp {
     pub async fn spawn(backend: Backend) -> Option<Self> {
         let db = Arc::new(TestDb::create(backend).await?);
         let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
-        Some(Self::spawn_on(backend, db, clock, None).await)
+        Some(Self::spawn_on(backend, db, clock, None, None).await)
+    }
+
+    /// An instance with settings of its own (auth, JWT …); replicas and
+    /// restarts get the same.
+    pub async fn spawn_with(
+        backend: Backend,
+        configure: impl Fn(&mut Settings) + Send + Sync + 'static,
+    ) -> Option<Self> {
+        let db = Arc::new(TestDb::create(backend).await?);
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        Some(Self::spawn_on(backend, db, clock, None, Some(Arc::new(configure))).await)
     }
 
     /// An instance that POSTs every alert to `webhook_url`.
     pub async fn spawn_with_webhook(backend: Backend, webhook_url: &str) -> Option<Self> {
         let db = Arc::new(TestDb::create(backend).await?);
         let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
-        Some(Self::spawn_on(backend, db, clock, Some(webhook_url.to_owned())).await)
+        Some(Self::spawn_on(backend, db, clock, Some(webhook_url.to_owned()), None).await)
     }
 
     /// Another instance on the same database (replicas behind a load balancer).
     pub async fn replica(&self) -> Self {
-        Self::spawn_on(self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone()).await
+        Self::spawn_on(
+            self.backend,
+            self.db.clone(),
+            self.clock.clone(),
+            self.webhook_url.clone(),
+            self.configure.clone(),
+        )
+        .await
     }
 
     /// A fresh instance on the same database and clock, after this one stopped.
     pub async fn restart(self) -> Self {
         let (backend, db, clock, hook) = (self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone());
+        let configure = self.configure.clone();
         drop(self);
-        Self::spawn_on(backend, db, clock, hook).await
+        Self::spawn_on(backend, db, clock, hook, configure).await
     }
 
     /// One pass of the background scans (tests drive them by hand).
@@ -130,8 +154,14 @@ impl TestApp {
         self.scanner.run_once().await
     }
 
-    async fn spawn_on(backend: Backend, db: Arc<TestDb>, clock: Arc<ManualClock>, webhook_url: Option<String>) -> Self {
-        let settings = Settings {
+    async fn spawn_on(
+        backend: Backend,
+        db: Arc<TestDb>,
+        clock: Arc<ManualClock>,
+        webhook_url: Option<String>,
+        configure: Option<Configure>,
+    ) -> Self {
+        let mut settings = Settings {
             database_url: db.url.clone(),
             max_connections: 8,
             scan_interval: None,
@@ -139,6 +169,9 @@ impl TestApp {
             webhook_backoff: Duration::from_secs(1),
             ..Settings::default()
         };
+        if let Some(configure) = &configure {
+            configure(&mut settings);
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>).await.expect("build app");
@@ -153,7 +186,17 @@ impl TestApp {
                 .expect("serve");
         });
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
-        Self { base: format!("http://{addr}"), client, clock, backend, db, scanner, webhook_url, shutdown: Some(tx) }
+        Self {
+            base: format!("http://{addr}"),
+            client,
+            clock,
+            backend,
+            db,
+            scanner,
+            webhook_url,
+            configure,
+            shutdown: Some(tx),
+        }
     }
 
     pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
@@ -370,5 +413,53 @@ impl Receiver {
 
     pub fn count(&self) -> usize {
         self.seen.lock().unwrap().len()
+    }
+}
+
+impl TestApp {
+    /// Requests sent with `Authorization: Bearer <token>`.
+    pub fn with_token<'a>(&'a self, token: &str) -> Authed<'a> {
+        Authed { app: self, token: token.to_owned() }
+    }
+
+    /// Makes a token over HTTP as `admin` (the bootstrap token); returns the secret.
+    pub async fn make_token(&self, admin: &str, name: &str, scopes: &[&str]) -> String {
+        let (status, body) = self.with_token(admin).post("/v1/tokens", &json!({"name": name, "scopes": scopes})).await;
+        assert_eq!(status, StatusCode::CREATED, "token create failed: {body}");
+        body["token"].as_str().expect("token").to_owned()
+    }
+}
+
+/// A [`TestApp`] seen through one token.
+pub struct Authed<'a> {
+    pub app: &'a TestApp,
+    pub token: String,
+}
+
+impl Authed<'_> {
+    /// The raw answer (status, headers, body as text).
+    pub async fn send(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> reqwest::Response {
+        let mut req = self.app.client.request(method, format!("{}{path}", self.app.base)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        req.send().await.expect("request")
+    }
+
+    pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
+        let resp = self.send(method, path, body).await;
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        let value =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        (status, value)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.request(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        self.request(reqwest::Method::POST, path, Some(body)).await
     }
 }

@@ -4,12 +4,14 @@
 mod helpers;
 
 mod alerts;
+mod auth;
 mod bad_input;
 mod checks;
 mod cli;
 mod concurrency;
 mod crash;
 mod faults;
+mod jwt;
 mod lifecycle;
 mod lineage;
 mod listing;

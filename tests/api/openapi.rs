@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::helpers::{Backend, TestApp};
 
 /// `(METHOD, /path/{param})` pairs declared by `.route(…)` calls in `src/http`.
-fn routes_in_source() -> BTreeSet<(String, String)> {
+pub(crate) fn routes_in_source() -> BTreeSet<(String, String)> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/http");
     let mut out = BTreeSet::new();
     for entry in std::fs::read_dir(dir).unwrap() {
