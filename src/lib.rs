@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 
 use crate::clock::Clock;
 use crate::config::Settings;
+use crate::domain::outbound::AllowList;
 use crate::scanner::Scanner;
 use crate::store::{DbOptions, SqlStore, Store};
 
@@ -44,8 +45,11 @@ pub struct App {
 pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
     let opts = DbOptions { max_connections: settings.max_connections, webhook_url: settings.webhook_url.clone() };
     let store = SqlStore::connect(&settings.database_url, &opts, clock.clone()).await?;
-    let scanner = Arc::new(Scanner::new(store.clone(), clock, settings.webhook_backoff));
-    let state = http::AppState { hub: store.hub().clone(), store: store.clone() };
+    let allow = AllowList::new(&settings.webhook_allow, settings.webhook_url.as_deref())
+        .map_err(|e| anyhow::anyhow!("--webhook-allow: {e}"))?;
+    let allow = Arc::new(allow);
+    let scanner = Arc::new(Scanner::new(store.clone(), clock, allow.clone(), settings)?);
+    let state = http::AppState { hub: store.hub().clone(), store: store.clone(), webhook_allow: allow };
     Ok(App { router: http::router(state), store, scanner })
 }
 

@@ -199,7 +199,7 @@ impl SqlStore {
             .all(
                 &format!(
                     "SELECT id, alert_id, url, idempotency_key, payload, attempts FROM webhook_outbox \
-                     WHERE delivered_at IS NULL AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1) \
+                     WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1) \
                      ORDER BY id LIMIT {limit}"
                 ),
                 args![now],
@@ -211,7 +211,7 @@ impl SqlStore {
             let n = c
                 .exec(
                     "UPDATE webhook_outbox SET claimed_until = $2 \
-                     WHERE id = $1 AND delivered_at IS NULL AND (claimed_until IS NULL OR claimed_until < $3)",
+                     WHERE id = $1 AND delivered_at IS NULL AND given_up_at IS NULL AND (claimed_until IS NULL OR claimed_until < $3)",
                     args![item.id, until, now],
                 )
                 .await?;
@@ -237,6 +237,18 @@ impl SqlStore {
             .exec(
                 "UPDATE webhook_outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3, claimed_until = NULL WHERE id = $1",
                 args![id, error, retry_at],
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn do_webhook_given_up(&self, id: i64, reason: &str) -> Result<()> {
+        let now = self.now();
+        let mut r = self.read().await?;
+        r.conn()
+            .exec(
+                "UPDATE webhook_outbox SET given_up_at = $2, last_error = $3, claimed_until = NULL WHERE id = $1",
+                args![id, now, reason],
             )
             .await?;
         Ok(())
