@@ -258,3 +258,39 @@ async fn the_database_gauges_show_late_partitions_and_pending_webhooks(app: Test
     let fixed = scrape(&app).await;
     assert_eq!(fixed.value("batchgate_partitions_late", &[]), 0.0);
 }
+
+/// The shipped Grafana dashboard queries only metrics the service exports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grafana_dashboard_uses_only_exported_metrics() {
+    let app = TestApp::spawn(crate::helpers::Backend::Sqlite).await.expect("SQLite is always available");
+    // A labelled family shows in a scrape once it counted something.
+    app.publish("t", "d.ok", DT, PART, 10).await;
+    let rejected = app.start_ok("t", "d.rej", DT, &[PART]).await;
+    assert_eq!(app.commit(&rejected, &rejected_evidence()).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(app.ready("d.ok", &[PART]).await.0, StatusCode::OK);
+    let scraped = scrape(&app).await;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/grafana/batchgate-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            exprs.push(target["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    assert!(exprs.len() >= 10, "the dashboard has its panels: {exprs:?}");
+    let mut used = std::collections::BTreeSet::new();
+    for expr in &exprs {
+        for (i, _) in expr.match_indices("batchgate_") {
+            let name: String = expr[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            used.insert(name);
+        }
+    }
+    for name in &used {
+        let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+        assert!(
+            scraped.types.contains_key(name.as_str()) || scraped.types.contains_key(family),
+            "the dashboard queries {name}, which /metrics does not export"
+        );
+    }
+    assert!(used.len() >= 12, "the dashboard covers the metrics: {used:?}");
+}
