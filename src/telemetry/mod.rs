@@ -257,3 +257,48 @@ impl Drop for Waiting<'_> {
         self.0.dec();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_carry_the_names_and_labels_of_the_contract() {
+        let m = Metrics::new();
+        m.http_request("/v1/batches/{batch_id}/commit", 422, 0.01);
+        m.http_request("/v1/batches/{batch_id}/commit", 422, 0.02);
+        m.ready_answer("running");
+        m.ready_answer("running");
+        m.ready_answer("ready");
+        let text = m.render();
+        assert!(
+            text.contains("batchgate_http_requests_total{route=\"/v1/batches/{batch_id}/commit\",status=\"422\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("batchgate_http_request_duration_seconds_count{route=\"/v1/batches/{batch_id}/commit\"} 2\n")
+        );
+        assert!(text.contains("batchgate_ready_answers_total{outcome=\"running\"} 2\n"), "{text}");
+        assert!(text.contains("batchgate_ready_answers_total{outcome=\"ready\"} 1\n"), "{text}");
+        assert!(text.contains("# TYPE batchgate_longpoll_waiters gauge\n"), "{text}");
+    }
+
+    #[test]
+    fn a_long_poll_leaves_the_gauge_when_it_ends() {
+        let m = Metrics::new();
+        let first = m.long_poll();
+        let second = m.long_poll();
+        assert!(m.render().contains("batchgate_longpoll_waiters 2\n"));
+        drop(first);
+        drop(second);
+        assert!(m.render().contains("batchgate_longpoll_waiters 0\n"));
+    }
+
+    #[test]
+    fn two_instances_count_apart() {
+        let (a, b) = (Metrics::new(), Metrics::new());
+        a.cache_hit();
+        assert!(a.render().contains("batchgate_ready_cache_hits_total 1\n"));
+        assert!(b.render().contains("batchgate_ready_cache_hits_total 0\n"));
+    }
+}
