@@ -58,8 +58,12 @@ pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result
         .map_err(|e| anyhow::anyhow!("--webhook-allow: {e}"))?;
     let allow = Arc::new(allow);
     let scanner = Arc::new(Scanner::new(store.clone(), clock, allow.clone(), settings)?);
-    let state =
-        http::AppState { hub: store.hub().clone(), store: store.clone(), webhook_allow: allow, metrics: metrics.clone() };
+    let state = http::AppState {
+        hub: store.hub().clone(),
+        store: store.clone(),
+        webhook_allow: allow,
+        metrics: metrics.clone(),
+    };
     Ok(App { router: http::router(state), store, scanner, metrics })
 }
 

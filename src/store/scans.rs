@@ -197,10 +197,14 @@ impl SqlStore {
         let partitions_late = self.overdue(now).await?.iter().map(|o| o.blocked.len() as i64).sum();
         let mut r = self.read().await?;
         let mut c = r.conn();
-        let (outbox_pending,): (i64,) =
-            c.one("SELECT COUNT(*) FROM webhook_outbox WHERE delivered_at IS NULL", args![]).await?;
+        let (outbox_pending,): (i64,) = c
+            .one("SELECT COUNT(*) FROM webhook_outbox WHERE delivered_at IS NULL AND given_up_at IS NULL", args![])
+            .await?;
         let oldest: Option<(DateTime<Utc>,)> = c
-            .opt("SELECT created_at FROM webhook_outbox WHERE delivered_at IS NULL ORDER BY id LIMIT 1", args![])
+            .opt(
+                "SELECT created_at FROM webhook_outbox WHERE delivered_at IS NULL AND given_up_at IS NULL ORDER BY id LIMIT 1",
+                args![],
+            )
             .await?;
         drop(r);
         let oldest_pending_seconds = oldest.map_or(0.0, |(at,)| (now - at).num_milliseconds().max(0) as f64 / 1000.0);
