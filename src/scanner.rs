@@ -127,7 +127,9 @@ impl Scanner {
             }
             *last = Some(now);
         }
-        match self.store.prune(now - retain).await {
+        // A retention longer than the calendar reaches back: nothing is that old.
+        let Some(cutoff) = now.checked_sub_signed(retain) else { return 0 };
+        match self.store.prune(cutoff).await {
             Ok(p) => {
                 if p.total() > 0 {
                     tracing::info!(
