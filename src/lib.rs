@@ -13,6 +13,7 @@ pub mod error;
 pub mod http;
 pub mod scanner;
 pub mod store;
+pub mod ui;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -54,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .merge(partitions::router())
         .merge(repairs::router())
         .merge(service::router())
+        .merge(crate::ui::router())
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
         // `/ready` bounds its own long-poll (`wait` ≤ MAX_WAIT_SECONDS) and is
         // the hot path: it goes without a timer.

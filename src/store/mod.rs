@@ -28,10 +28,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use alerts::{AlertRecord, OutboxItem};
-pub use lineage::{ChangeRecord, Direction, InputRecord, LineageGraph, UnreadyInput};
+pub use lineage::{ChangeRecord, Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput};
 pub use openlineage::LineageEvent;
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
-pub use repairs::NewRepair;
+pub use repairs::{NewRepair, RepairSummary};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
 use crate::clock::Clock;
@@ -145,6 +145,8 @@ pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> &'static str;
     /// The hub this store publishes its changes to.
     fn hub(&self) -> &Arc<ChangeHub>;
+    /// The registry's clock: what "now" is for leases and deadlines.
+    fn now(&self) -> DateTime<Utc>;
     async fn health(&self) -> Result<()>;
 
     async fn put_dataset(&self, name: &DatasetName, policy: &DatasetPolicy) -> Result<(DatasetRecord, bool)>;
@@ -188,6 +190,8 @@ pub trait Store: Send + Sync + 'static {
     async fn create_repair(&self, repair: NewRepair) -> Result<Value>;
     /// A plan with its progress.
     async fn get_repair(&self, id: i64) -> Result<Option<Value>>;
+    /// The most recent repair plans, newest first (without their progress).
+    async fn list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>>;
 
     /// Stores an OpenLineage event as received; returns its id.
     async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64>;
