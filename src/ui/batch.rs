@@ -190,6 +190,9 @@ pub(super) async fn page(State(app): State<AppState>, Path(batch_id): Path<Strin
                         } }
                     }
                 }
+                @if let Some(d) = b.decided_at {
+                    li class={ "ev-" (b.state.as_str()) } { (when(d)) " " strong { "decided: " (b.state.as_str()) } }
+                }
             }
         }
         p.links { a href={ "/v1/batches/" (enc(&b.batch_id)) } { "This batch as JSON" } }

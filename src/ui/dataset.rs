@@ -77,6 +77,17 @@ pub(super) async fn page(State(app): State<AppState>, Path(name): Path<String>) 
         return Err(not_found(format!("No dataset {name:?} has a policy.")));
     };
     let parts = partitions(&app, &name).await?;
+    // What the deciding batch of a not-published partition counted, so a
+    // rejected volume shows in the grid and on the chart.
+    let mut attempted: BTreeMap<String, i64> = BTreeMap::new();
+    for p in parts.iter().filter(|p| p.state == "rejected").take(CHART_PERIODS) {
+        let Some(b) = &p.batch_id else { continue };
+        if let Some(rec) = app.store.get_batch(b).await? {
+            if let Some(n) = rec.partitions.iter().find(|x| x.partition == p.partition).and_then(|x| x.row_count) {
+                attempted.insert(p.partition.clone(), n);
+            }
+        }
+    }
     let body = html! {
         h1 { span.dim { "Dataset " } (ds.dataset) }
         p.links {
@@ -88,7 +99,7 @@ pub(super) async fn page(State(app): State<AppState>, Path(name): Path<String>) 
             section aria-labelledby="grid-h" {
                 h2 #grid-h { "Partitions" }
                 (legend())
-                (grid(&ds.dataset, &parts))
+                (grid(&ds.dataset, &parts, &attempted))
             }
             aside {
                 h2 { "Policy" }
@@ -99,7 +110,7 @@ pub(super) async fn page(State(app): State<AppState>, Path(name): Path<String>) 
             h2 #vol-h { "Volume" }
             p.dim { "Published row count per data date against the band the volume check allows: the median of the "
                 (ds.baseline_periods) " earlier dates ± " ((ds.max_volume_change * 100.0).round()) "%." }
-            (volume(&ds, &parts))
+            (volume(&ds, &parts, &attempted))
         }
     };
     Ok(layout(&ds.dataset, Section::Datasets, body))
@@ -112,7 +123,7 @@ fn legend() -> Markup {
 }
 
 /// Data dates down, partitions (the spec without its date) across.
-fn grid(dataset: &str, parts: &[PartitionRecord]) -> Markup {
+fn grid(dataset: &str, parts: &[PartitionRecord], attempted: &BTreeMap<String, i64>) -> Markup {
     if parts.is_empty() {
         return html! { p.empty { "No batch has written a partition of this dataset yet." } };
     }
@@ -137,7 +148,7 @@ fn grid(dataset: &str, parts: &[PartitionRecord]) -> Markup {
                             th scope="row" { (dt) }
                             @for c in &columns {
                                 @match row.get(c) {
-                                    Some(p) => (cell(dataset, p)),
+                                    Some(p) => (cell(dataset, p, attempted.get(&p.partition).copied())),
                                     None => td.none { "·" },
                                 }
                             }
@@ -149,7 +160,7 @@ fn grid(dataset: &str, parts: &[PartitionRecord]) -> Markup {
     }
 }
 
-fn cell(dataset: &str, p: &PartitionRecord) -> Markup {
+fn cell(dataset: &str, p: &PartitionRecord, attempted: Option<i64>) -> Markup {
     let f = record_fitness(p);
     let batch = p.batch_id.as_ref().or(p.published_batch_id.as_ref());
     let mut title = format!("{} {}: {}", dataset, p.partition, f.replace('_', " "));
@@ -170,7 +181,10 @@ fn cell(dataset: &str, p: &PartitionRecord) -> Markup {
             @match batch {
                 Some(b) => a.celllink href=(batch_href(b)) title=(title) {
                     span.state { (f.replace('_', " ")) }
-                    span.meta { "v" (p.version) @if let Some(n) = p.row_count { " · " (count(n)) } }
+                    span.meta {
+                        "v" (p.version) @if let Some(n) = p.row_count { " · " (count(n)) }
+                        @if let Some(n) = attempted { " · tried " (count(n)) }
+                    }
                 },
                 None => span title=(title) { span.state { (f) } },
             }
@@ -201,12 +215,19 @@ fn policy(d: &DatasetRecord) -> Markup {
 }
 
 /// One chart per partition key (the volume check compares like with like).
-fn volume(d: &DatasetRecord, parts: &[PartitionRecord]) -> Markup {
-    let mut series: BTreeMap<String, Vec<(NaiveDate, i64, String)>> = BTreeMap::new();
+/// Published counts make the baseline; a rejected attempt is drawn (red, when
+/// outside the band) but is not part of any later baseline.
+fn volume(d: &DatasetRecord, parts: &[PartitionRecord], attempted: &BTreeMap<String, i64>) -> Markup {
+    let mut series: BTreeMap<String, Vec<(NaiveDate, i64, String, bool)>> = BTreeMap::new();
     for p in parts {
-        if let (Some(n), true) = (p.row_count, p.version > 0) {
+        let point = match (attempted.get(&p.partition), p.row_count) {
+            (Some(n), _) => Some((*n, false)),
+            (None, Some(n)) if p.version > 0 => Some((n, true)),
+            _ => None,
+        };
+        if let Some((n, published)) = point {
             let key = PartitionSpec::parse(&p.partition).map(|s| s.baseline_key(p.dt)).unwrap_or_default();
-            series.entry(key).or_default().push((p.dt, n, p.partition.clone()));
+            series.entry(key).or_default().push((p.dt, n, p.partition.clone(), published));
         }
     }
     if series.is_empty() {
@@ -217,9 +238,10 @@ fn volume(d: &DatasetRecord, parts: &[PartitionRecord]) -> Markup {
         div.charts {
             @for (key, mut points) in series.into_iter().take(6) {
                 @let _ = points.sort();
-                @let chart: Vec<VolumePoint> = points.iter().enumerate().skip(points.len().saturating_sub(CHART_PERIODS)).map(|(i, (dt, n, partition))| {
-                    let earlier: Vec<i64> = points[i.saturating_sub(periods)..i].iter().map(|(_, n, _)| *n).collect();
-                    let base = median(&earlier);
+                @let chart: Vec<VolumePoint> = points.iter().enumerate().skip(points.len().saturating_sub(CHART_PERIODS)).map(|(i, (dt, n, partition, _))| {
+                    let published: Vec<i64> = points[..i].iter().filter(|x| x.3).map(|x| x.1).collect();
+                    let earlier = &published[published.len().saturating_sub(periods)..];
+                    let base = median(earlier);
                     VolumePoint {
                         label: format!("{dt}"),
                         partition: partition.clone(),

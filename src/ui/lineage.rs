@@ -35,7 +35,7 @@ struct Placed {
 
 const NODE_W: f64 = 210.0;
 const NODE_H: f64 = 58.0;
-const GAP_X: f64 = 90.0;
+const GAP_X: f64 = 170.0;
 const GAP_Y: f64 = 22.0;
 const MARGIN: f64 = 16.0;
 
@@ -160,9 +160,6 @@ fn graph(placed: &[Placed], index: &BTreeMap<(String, String), usize>, edges: &[
                             title { (edge_id(e)) ": read v" (e.input_version) ", now v" (e.current_version) }
                             path d={ "M " (x1) " " (y1) " C " (mid) " " (y1) ", " (mid) " " (y2) ", " (x2) " " (y2) }
                                 marker-end=@if stale { "url(#arrow-stale)" } @else { "url(#arrow)" } {}
-                            @if stale {
-                                text.edgelabel x=(mid) y=((y1 + y2) / 2.0 - 6.0) text-anchor="middle" { "read v" (e.input_version) " · now v" (e.current_version) }
-                            }
                         }
                     }
                 }
@@ -175,6 +172,15 @@ fn graph(placed: &[Placed], index: &BTreeMap<(String, String), usize>, edges: &[
                             text.n2 x=(x(p.col) + 10.0) y=(y(p.row) + 35.0) { (short(&p.partition, 28)) }
                             text.n3 x=(x(p.col) + 10.0) y=(y(p.row) + 50.0) { (p.state.replace('_', " ")) " · v" (p.version) }
                         }
+                    }
+                }
+                // Labels last, so that no node covers them.
+                @for e in edges {
+                    @if let (Some(&a), Some(&b), true) = (index.get(&ends(&e.from)), index.get(&ends(&e.to)), e.current_version > e.input_version) {
+                        @let (pa, pb) = (&placed[a], &placed[b]);
+                        @let mid = (x(pa.col) + NODE_W + x(pb.col)) / 2.0;
+                        @let ym = (y(pa.row) + y(pb.row)) / 2.0 + NODE_H / 2.0 - 8.0;
+                        text.edgelabel x=(mid) y=(ym) text-anchor="middle" data-edge=(edge_id(e)) { "read v" (e.input_version) " · now v" (e.current_version) }
                     }
                 }
             }

@@ -8,6 +8,7 @@ mod bad_input;
 mod checks;
 mod cli;
 mod concurrency;
+mod console;
 mod crash;
 mod faults;
 mod lifecycle;
