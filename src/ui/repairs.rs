@@ -110,7 +110,7 @@ fn after(p: Option<&Value>) -> Markup {
         return html! { p.dim { "No progress yet." } };
     };
     html! {
-        p { @if p["done"] == true { (badge("ready")) " done" } @else { (badge("running")) " not done" } }
+        p { @if p["done"] == true { span.badge.s-ready { "done" } } @else { span.badge.s-running { "not done yet" } } }
         dl.numbers {
             dt { "Row count" } dd { "before " (value_text(&p["row_count"]["before"])) ", after " (value_text(&p["row_count"]["after"]))
                 ", baseline " (value_text(&p["row_count"]["baseline"])) }
