@@ -139,7 +139,7 @@ async fn text_logs_into_a_pipe_carry_no_colour_codes() {
         format!("batch_id={id}"),
         "dataset=d.logged".into(),
         "request_id=\"req-text-1\"".into(),
-        "actor=\"anonymous\"".into(),
+        "actor=anonymous".into(),
     ] {
         assert!(line.contains(&field), "{field} in {line}");
     }
