@@ -26,6 +26,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::changes::ChangeHub;
+use crate::server::Stopping;
 use crate::store::Store;
 
 /// Largest request body accepted.
@@ -38,6 +39,8 @@ pub const MAX_WAIT_SECONDS: f64 = 300.0;
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub hub: Arc<ChangeHub>,
+    /// Long-polls answer `shutting_down` when this fires.
+    pub stopping: Stopping,
 }
 
 /// Longest any request but a `/ready` long-poll may take.

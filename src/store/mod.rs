@@ -229,13 +229,16 @@ pub struct SqlStore {
 #[derive(Debug, Clone)]
 pub struct DbOptions {
     pub max_connections: u32,
+    /// Longest wait for the database: connecting, a pooled connection,
+    /// SQLite's writer lock.
+    pub timeout: std::time::Duration,
     /// Service-wide alert webhook.
     pub webhook_url: Option<String>,
 }
 
 impl Default for DbOptions {
     fn default() -> Self {
-        Self { max_connections: 10, webhook_url: None }
+        Self { max_connections: 10, webhook_url: None, timeout: std::time::Duration::from_secs(2) }
     }
 }
 
@@ -273,8 +276,8 @@ impl SqlStore {
     }
 
     /// Applies migrations to `url` and returns.
-    pub async fn migrate(url: &str) -> anyhow::Result<()> {
-        let opts = DbOptions { max_connections: 1, webhook_url: None };
+    pub async fn migrate(url: &str, timeout: std::time::Duration) -> anyhow::Result<()> {
+        let opts = DbOptions { max_connections: 1, webhook_url: None, timeout };
         match url.split(':').next() {
             Some("sqlite") => sqlite::connect(url, &opts).await.map(drop),
             Some("postgres" | "postgresql") => postgres::connect(url, &opts).await.map(drop),
