@@ -15,6 +15,7 @@ pub mod http;
 pub mod scanner;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::scanner::Scanner;
 use crate::store::{DbOptions, SqlStore, Store};
+use crate::telemetry::Metrics;
 
 /// Stops a background task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -40,22 +42,26 @@ pub struct App {
     pub router: axum::Router,
     pub store: Arc<SqlStore>,
     pub scanner: Arc<Scanner>,
+    /// This instance's metrics (each app its own: tests run many in one process).
+    pub metrics: Arc<Metrics>,
     /// Tells long-running handlers that shutdown began.
     pub stop: server::StopSwitch,
 }
 
 /// Connects to the database (migrating it) and builds the router.
 pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
+    let metrics = Arc::new(Metrics::new());
     let opts = DbOptions {
         max_connections: settings.max_connections,
         webhook_url: settings.webhook_url.clone(),
+        metrics: metrics.clone(),
         timeout: settings.db_timeout,
     };
     let store = SqlStore::connect(&settings.database_url, &opts, clock.clone()).await?;
     let scanner = Arc::new(Scanner::new(store.clone(), clock, settings.webhook_backoff));
     let (stop, stopping) = server::stop_switch();
-    let state = http::AppState { hub: store.hub().clone(), store: store.clone(), stopping };
-    Ok(App { router: http::router(state), store, scanner, stop })
+    let state = http::AppState { hub: store.hub().clone(), store: store.clone(), metrics: metrics.clone(), stopping };
+    Ok(App { router: http::router(state), store, scanner, metrics, stop })
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then finishes the

@@ -5,6 +5,7 @@ mod batches;
 mod datasets;
 pub mod error;
 mod lineage;
+mod metrics;
 mod openlineage;
 mod partitions;
 mod query;
@@ -28,6 +29,7 @@ use tower_http::trace::TraceLayer;
 use crate::changes::ChangeHub;
 use crate::server::Stopping;
 use crate::store::Store;
+use crate::telemetry::Metrics;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -39,6 +41,7 @@ pub const MAX_WAIT_SECONDS: f64 = 300.0;
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub hub: Arc<ChangeHub>,
+    pub metrics: Arc<Metrics>,
     /// Long-polls answer `shutting_down` when this fires.
     pub stopping: Stopping,
 }
@@ -47,12 +50,14 @@ pub struct AppState {
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn router(state: AppState) -> Router {
+    let counted = state.metrics.clone();
     let request_id = HeaderName::from_static("x-request-id");
     let api = Router::new()
         .merge(alerts::router())
         .merge(batches::router())
         .merge(datasets::router())
         .merge(lineage::router())
+        .merge(metrics::router())
         .merge(openlineage::router())
         .merge(partitions::router())
         .merge(repairs::router())
@@ -68,6 +73,7 @@ pub fn router(state: AppState) -> Router {
         .layer(CatchPanicLayer::new())
         .layer(middleware::map_response(error::json_errors))
         .layer(middleware::map_response(error::log_server_errors))
+        .layer(middleware::from_fn_with_state(counted, metrics::track))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
             let path = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or("unmatched");
