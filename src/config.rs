@@ -2,6 +2,7 @@
 //! `BATCHGATE_…` environment variable, which beats the default.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Where the registry lives when nothing says otherwise: a file in the
@@ -19,6 +20,18 @@ pub struct Settings {
     pub webhook_url: Option<String>,
     /// First wait before a failed webhook delivery is tried again.
     pub webhook_backoff: Duration,
+    /// Longest a request waits for the database (a connection, a lock)
+    /// before it answers 503 `storage_unavailable`; also bounds connecting
+    /// at start-up.
+    pub db_timeout: Duration,
+    /// A client must send a whole request head within this, and a
+    /// keep-alive connection closes after this long without one.
+    pub header_timeout: Duration,
+    /// At shutdown, longest wait for requests in flight.
+    pub shutdown_grace: Duration,
+    /// TLS on the listener: certificate chain and private key (PEM).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -29,6 +42,11 @@ impl Default for Settings {
             scan_interval: Some(Duration::from_secs(10)),
             webhook_url: None,
             webhook_backoff: Duration::from_secs(1),
+            db_timeout: Duration::from_secs(2),
+            header_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(5),
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -55,6 +73,10 @@ impl fmt::Debug for Settings {
             .field("scan_interval", &self.scan_interval)
             .field("webhook_url", &self.webhook_url.as_deref().map(redact))
             .field("webhook_backoff", &self.webhook_backoff)
+            .field("db_timeout", &self.db_timeout)
+            .field("header_timeout", &self.header_timeout)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("tls_cert", &self.tls_cert)
             .finish()
     }
 }

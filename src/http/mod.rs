@@ -27,6 +27,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::changes::ChangeHub;
+use crate::server::Stopping;
 use crate::store::Store;
 use crate::telemetry::Metrics;
 
@@ -41,6 +42,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub hub: Arc<ChangeHub>,
     pub metrics: Arc<Metrics>,
+    /// Long-polls answer `shutting_down` when this fires.
+    pub stopping: Stopping,
 }
 
 /// Longest any request but a `/ready` long-poll may take.

@@ -240,6 +240,9 @@ pub struct SqlStore {
 #[derive(Debug, Clone)]
 pub struct DbOptions {
     pub max_connections: u32,
+    /// Longest wait for the database: connecting, a pooled connection,
+    /// SQLite's writer lock.
+    pub timeout: std::time::Duration,
     /// Service-wide alert webhook.
     pub webhook_url: Option<String>,
     /// The service's metrics, which decisions count into.
@@ -248,7 +251,12 @@ pub struct DbOptions {
 
 impl Default for DbOptions {
     fn default() -> Self {
-        Self { max_connections: 10, webhook_url: None, metrics: Arc::default() }
+        Self {
+            max_connections: 10,
+            webhook_url: None,
+            metrics: Arc::default(),
+            timeout: std::time::Duration::from_secs(2),
+        }
     }
 }
 
@@ -288,8 +296,8 @@ impl SqlStore {
     }
 
     /// Applies migrations to `url` and returns.
-    pub async fn migrate(url: &str) -> anyhow::Result<()> {
-        let opts = DbOptions { max_connections: 1, ..DbOptions::default() };
+    pub async fn migrate(url: &str, timeout: std::time::Duration) -> anyhow::Result<()> {
+        let opts = DbOptions { max_connections: 1, timeout, ..DbOptions::default() };
         match url.split(':').next() {
             Some("sqlite") => sqlite::connect(url, &opts).await.map(drop),
             Some("postgres" | "postgresql") => postgres::connect(url, &opts).await.map(drop),
