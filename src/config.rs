@@ -31,6 +31,18 @@ pub struct Settings {
     pub webhook_ca_file: Option<PathBuf>,
     /// How long pruned history is kept; `None`: forever.
     pub retain: Option<Duration>,
+    /// Longest a request waits for the database (a connection, a lock)
+    /// before it answers 503 `storage_unavailable`; also bounds connecting
+    /// at start-up.
+    pub db_timeout: Duration,
+    /// A client must send a whole request head within this, and a
+    /// keep-alive connection closes after this long without one.
+    pub header_timeout: Duration,
+    /// At shutdown, longest wait for requests in flight.
+    pub shutdown_grace: Duration,
+    /// TLS on the listener: certificate chain and private key (PEM).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -44,6 +56,11 @@ impl Default for Settings {
             webhook_allow: Vec::new(),
             webhook_ca_file: None,
             retain: Some(humantime::parse_duration(DEFAULT_RETAIN).expect("the default retention parses")),
+            db_timeout: Duration::from_secs(2),
+            header_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(5),
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -73,6 +90,10 @@ impl fmt::Debug for Settings {
             .field("webhook_allow", &self.webhook_allow)
             .field("webhook_ca_file", &self.webhook_ca_file)
             .field("retain", &self.retain)
+            .field("db_timeout", &self.db_timeout)
+            .field("header_timeout", &self.header_timeout)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("tls_cert", &self.tls_cert)
             .finish()
     }
 }

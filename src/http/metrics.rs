@@ -40,7 +40,7 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, req: Request, next: Next
     let began = Instant::now();
     let route = req.extensions().get::<MatchedPath>().cloned();
     let method = req.method().clone();
-    let ctx = RequestContext { request_id: req.headers().get("x-request-id").cloned() };
+    let ctx = RequestContext::new(req.headers().get("x-request-id").cloned());
     let resp = context::scope(ctx, next.run(req)).await;
     let took = began.elapsed();
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);

@@ -28,6 +28,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::changes::ChangeHub;
 use crate::domain::outbound::AllowList;
+use crate::server::Stopping;
 use crate::store::Store;
 use crate::telemetry::Metrics;
 
@@ -44,6 +45,8 @@ pub struct AppState {
     /// The hosts a dataset's `webhook_url` may name.
     pub webhook_allow: Arc<AllowList>,
     pub metrics: Arc<Metrics>,
+    /// Long-polls answer `shutting_down` when this fires.
+    pub stopping: Stopping,
 }
 
 /// Longest any request but a `/ready` long-poll may take.
@@ -62,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         .merge(partitions::router())
         .merge(repairs::router())
         .merge(service::router())
+        .merge(crate::ui::router())
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
         // `/ready` bounds its own long-poll (`wait` ≤ MAX_WAIT_SECONDS) and is
         // the hot path: it goes without a timer.

@@ -60,6 +60,10 @@ impl Store for SqlStore {
         &self.hub
     }
 
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
     async fn health(&self) -> Result<()> {
         let mut r = self.read().await?;
         let _: (i64,) = r.conn().one("SELECT CAST(1 AS BIGINT)", args![]).await?;
@@ -334,6 +338,10 @@ impl Store for SqlStore {
 
     async fn get_repair(&self, id: i64) -> Result<Option<Value>> {
         self.do_get_repair(id).await
+    }
+
+    async fn list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>> {
+        self.do_list_repairs(limit).await
     }
 
     async fn record_lineage_event(&self, event: &LineageEvent) -> Result<Recorded> {

@@ -88,7 +88,7 @@ impl Decided {
                     partitions = %partitions,
                     tier = self.tier.as_str(),
                     state = self.outcome.state(),
-                    actor,
+                    actor = %actor,
                     request_id = request_id.as_deref(),
                     $($extra)*
                 )

@@ -176,7 +176,10 @@ impl Metrics {
         }
         let c = self.http_requests.get_or_create(&RouteStatus { route: route.to_owned(), status }).clone();
         c.inc();
-        counters.statuses.write().expect("metrics lock").push((status, c));
+        let mut statuses = counters.statuses.write().expect("metrics lock");
+        if !statuses.iter().any(|(s, _)| *s == status) {
+            statuses.push((status, c));
+        }
     }
 
     fn route(&self, route: &str) -> std::sync::Arc<RouteCounters> {

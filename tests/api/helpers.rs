@@ -177,16 +177,16 @@ impl TestApp {
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let edge = batchgate::server::Edge::from_settings(&settings).expect("edge settings");
         let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>).await.expect("build app");
         let scanner = app.scanner.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        // The same serving code as the binary: timeouts, connection ceiling, shutdown.
         tokio::spawn(async move {
-            axum::serve(listener, app.router)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .expect("serve");
+            let shutdown = async {
+                let _ = rx.await;
+            };
+            batchgate::serve_app(app, &settings, edge, listener, shutdown).await.expect("serve");
         });
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
         Self {

@@ -1,5 +1,5 @@
-//! The log of the real binary: with `--log-format json`, a rejection leaves
-//! one decision line with the batch id, dataset, partitions, actor, request
+//! The log of the real binary: with `--log-format json`, a rejection (and a
+//! failure) leaves one decision line with the batch id, dataset, partitions, actor, request
 //! id and the failed checks (observed against expected); requests are logged
 //! at info with their route template, `/ready` only at debug; and no colour
 //! codes go into a pipe, in either format.
@@ -80,11 +80,25 @@ async fn reject(base: &str, request_id: &str) -> String {
     id
 }
 
+/// Starts a batch and reports it failed at the write stage; returns its id.
+async fn fail(base: &str) -> String {
+    let client = reqwest::Client::new();
+    let start = json!({"task": "t", "dataset": "d.logged", "dt": "2026-08-25", "partitions": ["dt=2026-08-25"]});
+    let resp = client.post(format!("{base}/v1/batches")).json(&start).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let id = resp.json::<Value>().await.unwrap()["batch_id"].as_str().unwrap().to_owned();
+    let report = json!({"stage": "write", "category": "data", "message": "disk full"});
+    let resp = client.post(format!("{base}/v1/batches/{id}/fail")).json(&report).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    id
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejection_leaves_a_json_decision_line_with_its_fields() {
     let db = TestDb::create(Backend::Sqlite).await.expect("SQLite is always available");
     let server = Server::start(&db, &["--log-format", "json"]).await;
     let id = reject(&server.base, "req-rejection-1").await;
+    let failed_id = fail(&server.base).await;
     let log = server.output();
 
     assert!(!log.contains('\u{1b}'), "no colour codes into a pipe:\n{log}");
@@ -114,6 +128,13 @@ async fn a_rejection_leaves_a_json_decision_line_with_its_fields() {
     assert_eq!(rows["observed"], 90, "{rows}");
     assert_eq!(rows["expected"], 100, "{rows}");
 
+    let failure =
+        lines.iter().find(|l| l["message"] == "batch failed").unwrap_or_else(|| panic!("no failure line in:\n{log}"));
+    assert_eq!(failure["batch_id"], failed_id.as_str());
+    assert_eq!((&failure["stage"], &failure["category"]), (&json!("write"), &json!("data")));
+    assert_eq!(failure["partitions"], "dt=2026-08-25");
+    assert!(failure["request_id"].as_str().is_some_and(|r| !r.is_empty()), "a generated request id: {failure}");
+
     let commit = lines
         .iter()
         .find(|l| l["message"] == "request" && l["route"] == "/v1/batches/{batch_id}/commit")
@@ -139,7 +160,7 @@ async fn text_logs_into_a_pipe_carry_no_colour_codes() {
         format!("batch_id={id}"),
         "dataset=d.logged".into(),
         "request_id=\"req-text-1\"".into(),
-        "actor=\"anonymous\"".into(),
+        "actor=anonymous".into(),
     ] {
         assert!(line.contains(&field), "{field} in {line}");
     }
