@@ -2,6 +2,7 @@
 //! `BATCHGATE_…` environment variable, which beats the default.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::auth::{AuthMode, JwtSettings};
@@ -10,6 +11,10 @@ use crate::auth::{AuthMode, JwtSettings};
 /// working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://batchgate.db";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// How long the change feed, resolved alerts, sent webhooks and raw
+/// OpenLineage events are kept: a year and a month, so that last year's run
+/// of the same day can still be looked up.
+pub const DEFAULT_RETAIN: &str = "400d";
 
 #[derive(Clone)]
 pub struct Settings {
@@ -29,6 +34,25 @@ pub struct Settings {
     pub bootstrap_token: Option<String>,
     /// Accept JWTs signed by these keys.
     pub jwt: Option<JwtSettings>,
+    /// Hosts webhooks may go to besides the host of `webhook_url`
+    /// (`--webhook-allow`; see [`crate::domain::outbound`]).
+    pub webhook_allow: Vec<String>,
+    /// PEM file of extra CA certificates trusted for https webhooks.
+    pub webhook_ca_file: Option<PathBuf>,
+    /// How long pruned history is kept; `None`: forever.
+    pub retain: Option<Duration>,
+    /// Longest a request waits for the database (a connection, a lock)
+    /// before it answers 503 `storage_unavailable`; also bounds connecting
+    /// at start-up.
+    pub db_timeout: Duration,
+    /// A client must send a whole request head within this, and a
+    /// keep-alive connection closes after this long without one.
+    pub header_timeout: Duration,
+    /// At shutdown, longest wait for requests in flight.
+    pub shutdown_grace: Duration,
+    /// TLS on the listener: certificate chain and private key (PEM).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -43,6 +67,14 @@ impl Default for Settings {
             public_ready: false,
             bootstrap_token: None,
             jwt: None,
+            webhook_allow: Vec::new(),
+            webhook_ca_file: None,
+            retain: Some(humantime::parse_duration(DEFAULT_RETAIN).expect("the default retention parses")),
+            db_timeout: Duration::from_secs(2),
+            header_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(5),
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -73,6 +105,13 @@ impl fmt::Debug for Settings {
             .field("public_ready", &self.public_ready)
             .field("bootstrap_token", &self.bootstrap_token.as_ref().map(|_| "***"))
             .field("jwt", &self.jwt)
+            .field("webhook_allow", &self.webhook_allow)
+            .field("webhook_ca_file", &self.webhook_ca_file)
+            .field("retain", &self.retain)
+            .field("db_timeout", &self.db_timeout)
+            .field("header_timeout", &self.header_timeout)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("tls_cert", &self.tls_cert)
             .finish()
     }
 }

@@ -2,7 +2,9 @@
 //! service; `batch …` and `wait` are clients of a running one
 //! ([`batchgate::client::cli`]).
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +13,8 @@ use anyhow::Context;
 use batchgate::auth::{AuthMode, JwtSettings};
 use batchgate::client::cli::{self as client, BatchArgs, WaitArgs};
 use batchgate::clock::SystemClock;
-use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN};
-use clap::{Args, Parser, Subcommand};
+use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN, DEFAULT_RETAIN};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -27,7 +29,7 @@ enum Command {
     /// Serve the API (the default when no command is given).
     Serve(ServeArgs),
     /// Apply database migrations and exit.
-    Migrate(DbArgs),
+    Migrate(MigrateArgs),
     /// Start, commit, fail or heartbeat a batch on a running service: exit 0
     /// done, 2 invalid input, 3 refused or rejected, 4 service unreachable.
     Batch(BatchArgs),
@@ -78,12 +80,41 @@ struct DbArgs {
     /// Database URL: sqlite://FILE or postgres://USER@HOST/DB.
     #[arg(long = "db", env = "BATCHGATE_DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
     database_url: String,
+    /// Longest wait for the database (connecting, a pooled connection, a
+    /// lock) before a request answers 503 storage_unavailable.
+    #[arg(long, env = "BATCHGATE_DB_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    db_timeout: Duration,
+}
+
+/// How the server commands write their log.
+#[derive(Args, Clone)]
+struct LogArgs {
+    /// Log line format: `text` (human-readable; coloured only on a terminal)
+    /// or `json` (one object a line). Levels come from `RUST_LOG`.
+    #[arg(long, env = "BATCHGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args, Clone)]
+struct MigrateArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[derive(Args, Clone)]
 struct ServeArgs {
     #[command(flatten)]
     db: DbArgs,
+    #[command(flatten)]
+    log: LogArgs,
     /// Address to listen on.
     #[arg(long, env = "BATCHGATE_LISTEN", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
@@ -119,6 +150,31 @@ struct ServeArgs {
     /// The `aud` a JWT must carry.
     #[arg(long, env = "BATCHGATE_JWT_AUDIENCE", requires = "jwt_jwks")]
     jwt_audience: Option<String>,
+    /// Hosts webhooks may be sent to, comma-separated: `hooks.corp.example`,
+    /// `*.corp.example`, `10.0.0.7:8080`. The host of --webhook-url is always
+    /// allowed; a dataset's webhook_url elsewhere is refused.
+    #[arg(long, env = "BATCHGATE_WEBHOOK_ALLOW", value_delimiter = ',')]
+    webhook_allow: Vec<String>,
+    /// PEM file with CA certificates trusted for https webhooks, besides the system's.
+    #[arg(long, env = "BATCHGATE_WEBHOOK_CA_FILE")]
+    webhook_ca_file: Option<std::path::PathBuf>,
+    /// How long the change feed, resolved alerts, sent webhooks and raw
+    /// OpenLineage events are kept (batches are kept forever); 0: forever.
+    #[arg(long, env = "BATCHGATE_RETAIN", default_value = DEFAULT_RETAIN, value_parser = humantime::parse_duration)]
+    retain: Duration,
+    /// A client must send a whole request head within this; a keep-alive
+    /// connection idle this long is closed.
+    #[arg(long, env = "BATCHGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    header_timeout: Duration,
+    /// On SIGTERM, longest wait for requests in flight before exiting.
+    #[arg(long, env = "BATCHGATE_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
+    shutdown_grace: Duration,
+    /// Serve HTTPS with this certificate chain (PEM; needs --tls-key).
+    #[arg(long, env = "BATCHGATE_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "BATCHGATE_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -126,7 +182,7 @@ async fn main() -> ExitCode {
     match Cli::parse().command {
         Some(Command::Batch(args)) => client::run_batch(args).await.into(),
         Some(Command::Wait(args)) => client::run_wait(args).await.into(),
-        Some(Command::Migrate(db)) => report(migrate(db).await),
+        Some(Command::Migrate(args)) => report(migrate(args).await),
         Some(Command::Token(args)) => report(token(args.command).await),
         Some(Command::Serve(args)) => report(serve(args).await),
         None => report(serve(ServeArgs::parse_from_env()).await),
@@ -147,15 +203,21 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 
 /// Logs, for the server commands only: a client command's output is for the
 /// script that runs it.
-fn init_tracing() {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")))
-        .init();
+fn init_tracing(log: &LogArgs) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter);
+    match log.log_format {
+        // Colour codes only for a person at a terminal, never into a file or a pipe.
+        LogFormat::Text => fmt.with_ansi(std::io::stdout().is_terminal()).init(),
+        // Fields at the top level of each object, beside `message`.
+        LogFormat::Json => fmt.json().flatten_event(true).init(),
+    }
 }
 
-async fn migrate(db: DbArgs) -> anyhow::Result<()> {
-    init_tracing();
-    batchgate::store::SqlStore::migrate(&db.database_url).await?;
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    init_tracing(&args.log);
+    let db = args.db;
+    batchgate::store::SqlStore::migrate(&db.database_url, db.db_timeout).await?;
     tracing::info!(db = %redact(&db.database_url), "migrations applied");
     Ok(())
 }
@@ -242,7 +304,7 @@ impl ServeArgs {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    init_tracing();
+    init_tracing(&args.log);
     let settings = Settings {
         database_url: args.db.database_url,
         max_connections: args.max_connections,
@@ -257,6 +319,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             issuer: args.jwt_issuer,
             audience: args.jwt_audience,
         }),
+        webhook_allow: args.webhook_allow,
+        webhook_ca_file: args.webhook_ca_file,
+        retain: Some(args.retain).filter(|d| !d.is_zero()),
+        db_timeout: args.db.db_timeout,
+        header_timeout: args.header_timeout,
+        shutdown_grace: args.shutdown_grace,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -25,6 +25,10 @@ pub async fn gate(State(app): State<AppState>, req: Request, next: Next) -> Resp
     };
     let method = req.method().clone();
     let Some(rule) = rules::rule_for(method.as_str(), &route) else {
+        if rules::RULES.iter().any(|r| rules::covers(r.path, &route)) {
+            // A known route, another method: what axum would answer.
+            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        }
         tracing::error!(%method, route, "no auth rule for this route; refused");
         return forbidden("this route has no authorisation rule; it is refused until it has one", "admin");
     };
@@ -70,6 +74,7 @@ pub async fn gate(State(app): State<AppState>, req: Request, next: Next) -> Resp
     let path = req.uri().path().to_owned();
     let resp = match allowed {
         Ok(()) => {
+            crate::telemetry::context::set_actor(&actor.name);
             let mut req = req;
             req.extensions_mut().insert(actor.clone());
             next.run(req).await
@@ -78,7 +83,13 @@ pub async fn gate(State(app): State<AppState>, req: Request, next: Next) -> Resp
     };
     if write {
         let entries = audit_entries(&actor, rule, &method, &path, &request_id, &datasets, resp.status());
-        if let Err(e) = app.store.record_audit(&entries).await {
+        // With the database unavailable (503) the write did not happen and
+        // the audit row could not be written either: waiting for it again
+        // would only double the time to answer. The log keeps it.
+        let unavailable = resp.status() == StatusCode::SERVICE_UNAVAILABLE;
+        if unavailable {
+            tracing::warn!(actor = %actor.name, action = rule.action, request_id, "write refused: database unavailable");
+        } else if let Err(e) = app.store.record_audit(&entries).await {
             tracing::error!(error = %e, request_id, "cannot write the audit row of a write");
         }
     }

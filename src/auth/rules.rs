@@ -63,7 +63,9 @@ const fn rule(method: &'static str, path: &'static str, action: &'static str, ne
 }
 
 pub const RULES: &[Rule] = &[
+    rule("GET", "/", "console.redirect", Need::Public),
     rule("GET", "/healthz", "health", Need::Public),
+    rule("GET", "/metrics", "metrics", Need::Read),
     rule("GET", "/openapi.json", "openapi", Need::Public),
     rule("GET", "/ready", "ready", Need::Ready),
     rule("GET", "/v1/alerts", "alerts.list", Need::Read),
@@ -93,11 +95,26 @@ pub const RULES: &[Rule] = &[
     rule("GET", "/v1/tokens", "token.list", Need::Admin),
     rule("POST", "/v1/tokens", "token.create", Need::Admin),
     rule("DELETE", "/v1/tokens/{name}", "token.revoke", Need::Admin),
+    // The console (src/ui): read-only pages. With auth required they need a
+    // `read` bearer until the console brings its own sign-in.
+    rule("GET", "/ui", "console.redirect", Need::Public),
+    rule("GET", "/ui/static/*", "console.asset", Need::Public),
+    rule("GET", "/ui/*", "console.page", Need::Read),
 ];
 
-/// The rule for a request, by method and matched route template.
+/// The rule for a request, by method and matched route template. A rule
+/// path ending in `/*` covers every route under it (the first matching row
+/// wins, so the more specific prefix comes first).
 pub fn rule_for(method: &str, path: &str) -> Option<&'static Rule> {
-    RULES.iter().find(|r| r.method == method && r.path == path)
+    RULES.iter().find(|r| r.method == method && covers(r.path, path))
+}
+
+/// Does a rule's path cover a route template?
+pub fn covers(rule_path: &str, route: &str) -> bool {
+    match rule_path.strip_suffix('*') {
+        Some(prefix) => route.starts_with(prefix),
+        None => rule_path == route,
+    }
 }
 
 #[cfg(test)]
@@ -114,6 +131,14 @@ mod tests {
                 a.path
             );
         }
+    }
+
+    #[test]
+    fn prefix_rules_cover_the_routes_under_them() {
+        assert_eq!(rule_for("GET", "/ui/static/console.css").unwrap().need, Need::Public);
+        assert_eq!(rule_for("GET", "/ui/datasets/{dataset}").unwrap().need, Need::Read);
+        assert_eq!(rule_for("GET", "/ui").unwrap().need, Need::Public);
+        assert!(rule_for("POST", "/ui/datasets").is_none(), "a method without a rule is refused");
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod batches;
 mod datasets;
 pub mod error;
 mod lineage;
+mod metrics;
 mod openlineage;
 mod partitions;
 mod query;
@@ -29,7 +30,10 @@ use tower_http::trace::TraceLayer;
 
 use crate::auth::Gate;
 use crate::changes::ChangeHub;
+use crate::domain::outbound::AllowList;
+use crate::server::Stopping;
 use crate::store::Store;
+use crate::telemetry::Metrics;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -43,12 +47,18 @@ pub struct AppState {
     pub hub: Arc<ChangeHub>,
     /// Who may do what; see [`crate::auth`].
     pub auth: Arc<Gate>,
+    /// The hosts a dataset's `webhook_url` may name.
+    pub webhook_allow: Arc<AllowList>,
+    pub metrics: Arc<Metrics>,
+    /// Long-polls answer `shutting_down` when this fires.
+    pub stopping: Stopping,
 }
 
 /// Longest any request but a `/ready` long-poll may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn router(state: AppState) -> Router {
+    let counted = state.metrics.clone();
     let request_id = HeaderName::from_static("x-request-id");
     let api = Router::new()
         .merge(alerts::router())
@@ -56,11 +66,13 @@ pub fn router(state: AppState) -> Router {
         .merge(batches::router())
         .merge(datasets::router())
         .merge(lineage::router())
+        .merge(metrics::router())
         .merge(openlineage::router())
         .merge(partitions::router())
         .merge(repairs::router())
         .merge(service::router())
         .merge(tokens::router())
+        .merge(crate::ui::router())
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
         // `/ready` bounds its own long-poll (`wait` ≤ MAX_WAIT_SECONDS) and is
         // the hot path: it goes without a timer.
@@ -74,6 +86,7 @@ pub fn router(state: AppState) -> Router {
         .layer(CatchPanicLayer::new())
         .layer(middleware::map_response(error::json_errors))
         .layer(middleware::map_response(error::log_server_errors))
+        .layer(middleware::from_fn_with_state(counted, metrics::track))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
             let path = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or("unmatched");

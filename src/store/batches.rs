@@ -21,6 +21,7 @@ use crate::domain::policy::{DatasetPolicy, WriteMode};
 use crate::domain::readiness::partition_state;
 use crate::domain::retry::{self, RetryAdvice};
 use crate::error::{Error, Result};
+use crate::telemetry::{Decided, Outcome};
 
 pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
@@ -271,8 +272,11 @@ impl SqlStore {
         let batch_id = BatchId::new(req.task.clone(), req.dt, seq).to_string();
 
         let mut changed: BTreeSet<String> = req.partitions.iter().map(|p| p.to_string()).collect();
+        let mut abandoned = Vec::new();
         for old in expired.values() {
-            changed.extend(self.abandon(&mut c, old, Some(&batch_id), &policy, now).await?);
+            let (parts, decided) = self.abandon(&mut c, old, Some(&batch_id), &policy, now).await?;
+            changed.extend(parts);
+            abandoned.push(decided);
         }
 
         let mut residue: BTreeMap<String, Residue> = BTreeMap::new();
@@ -337,6 +341,9 @@ impl SqlStore {
 
         self.finish(tx, vec![Change { dataset: dataset.to_owned(), partitions: Some(changed.into_iter().collect()) }])
             .await?;
+        for decided in &abandoned {
+            self.metrics.decided(decided);
+        }
         Ok(Started {
             batch_id,
             seq,
@@ -363,7 +370,7 @@ impl SqlStore {
         by: Option<&str>,
         policy: &DatasetPolicy,
         now: DateTime<Utc>,
-    ) -> Result<Vec<String>> {
+    ) -> Result<(Vec<String>, Decided)> {
         if let Some(by) = by {
             c.exec("UPDATE batches SET superseded_by = $2 WHERE batch_id = $1", args![&b.batch_id, by]).await?;
         }
@@ -379,7 +386,15 @@ impl SqlStore {
         );
         let alert = NewAlert::about_batch(AlertKind::Abandoned, b, policy, parts.clone(), advice, message);
         alerts::raise(c, alert, &self.webhooks(policy), now).await?;
-        Ok(parts)
+        let decided = Decided {
+            batch_id: b.batch_id.clone(),
+            dataset: b.dataset.clone(),
+            tier: policy.tier,
+            partitions: parts.clone(),
+            outcome: Outcome::Abandoned { superseded_by: by.map(str::to_owned) },
+            failed_checks: Vec::new(),
+        };
+        Ok((parts, decided))
     }
 
     /// Takes the write lock and loads a batch under it.
@@ -403,10 +418,39 @@ impl SqlStore {
         let mut c = tx.conn();
         c.exec("UPDATE batches SET lease_expires_at = $2 WHERE batch_id = $1", args![batch_id, lease_expires_at])
             .await?;
-        event(&mut c, batch_id, "heartbeat", now, json!({"lease_expires_at": lease_expires_at})).await?;
+        record_heartbeat(&mut c, batch_id, now, lease_expires_at).await?;
         tx.commit().await?;
         Ok(Lease { batch_id: batch_id.to_owned(), state: BatchState::Running, lease_expires_at })
     }
+}
+
+/// Heartbeats are summed up in one `heartbeat` event per batch instead of one
+/// event each (a long run beats thousands of times): the event is at the first
+/// heartbeat, and its detail says `{"first_at", "last_at", "count",
+/// "lease_expires_at"}` (the lease the last one set).
+async fn record_heartbeat(
+    c: &mut Conn<'_>,
+    batch_id: &str,
+    now: DateTime<Utc>,
+    lease_expires_at: DateTime<Utc>,
+) -> Result<()> {
+    let last: Option<(i64, DateTime<Utc>, Option<Json<Value>>)> = c
+        .opt(
+            "SELECT id, at, detail FROM batch_events WHERE batch_id = $1 AND kind = 'heartbeat' ORDER BY id DESC LIMIT 1",
+            args![batch_id],
+        )
+        .await?;
+    let Some((id, at, detail)) = last else {
+        let detail = json!({"first_at": now, "last_at": now, "count": 1, "lease_expires_at": lease_expires_at});
+        return event(c, batch_id, "heartbeat", now, detail).await;
+    };
+    let detail = detail.map(|j| j.0).unwrap_or_default();
+    // A heartbeat event written before the summary kept no count: it was one.
+    let count = detail["count"].as_i64().unwrap_or(1) + 1;
+    let first_at = detail.get("first_at").cloned().unwrap_or_else(|| json!(at));
+    let detail = json!({"first_at": first_at, "last_at": now, "count": count, "lease_expires_at": lease_expires_at});
+    c.exec("UPDATE batch_events SET detail = $2 WHERE id = $1", args![id, detail]).await?;
+    Ok(())
 }
 
 /// The overwrite guard: an `overwrite_partition` batch replaces whole

@@ -60,6 +60,10 @@ impl Store for SqlStore {
         &self.hub
     }
 
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
     async fn health(&self) -> Result<()> {
         let mut r = self.read().await?;
         let _: (i64,) = r.conn().one("SELECT CAST(1 AS BIGINT)", args![]).await?;
@@ -127,7 +131,10 @@ impl Store for SqlStore {
     }
 
     async fn commit_batch(&self, batch_id: &str, evidence: CommitEvidence, fingerprint: String) -> Result<Decision> {
-        self.do_commit(batch_id, evidence, fingerprint).await
+        let began = std::time::Instant::now();
+        let decision = self.do_commit(batch_id, evidence, fingerprint).await?;
+        self.metrics.commit_took(began.elapsed().as_secs_f64());
+        Ok(decision)
     }
 
     async fn fail_batch(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
@@ -301,6 +308,18 @@ impl Store for SqlStore {
         self.do_webhook_failed(id, error, retry_at).await
     }
 
+    async fn webhook_given_up(&self, id: i64, reason: &str) -> Result<()> {
+        self.do_webhook_given_up(id, reason).await
+    }
+
+    async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {
+        self.do_prune(cutoff).await
+    }
+
+    async fn changes_horizon(&self) -> Result<i64> {
+        self.do_changes_horizon().await
+    }
+
     async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
         self.do_invalidate(dataset, partition, reason).await
     }
@@ -321,7 +340,11 @@ impl Store for SqlStore {
         self.do_get_repair(id).await
     }
 
-    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64> {
+    async fn list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>> {
+        self.do_list_repairs(limit).await
+    }
+
+    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<Recorded> {
         self.do_record_lineage_event(event).await
     }
 
@@ -359,5 +382,9 @@ impl Store for SqlStore {
 
     async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>> {
         self.do_list_audit(q).await
+    }
+
+    async fn gauges(&self) -> Result<StoreGauges> {
+        self.do_gauges().await
     }
 }

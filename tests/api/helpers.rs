@@ -96,13 +96,12 @@ pub struct TestApp {
     pub db: Arc<TestDb>,
     pub scanner: Arc<batchgate::scanner::Scanner>,
     webhook_url: Option<String>,
-    /// Applied to the settings of this instance, its replicas and restarts.
-    configure: Option<Configure>,
+    settings: Option<Tweak>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-/// Changes a test makes to an instance's settings.
-pub type Configure = Arc<dyn Fn(&mut Settings) + Send + Sync>;
+/// Changes the settings an instance starts with.
+pub type Tweak = Arc<dyn Fn(&mut Settings) + Send + Sync>;
 
 impl TestApp {
     pub async fn spawn(backend: Backend) -> Option<Self> {
@@ -111,15 +110,19 @@ impl TestApp {
         Some(Self::spawn_on(backend, db, clock, None, None).await)
     }
 
-    /// An instance with settings of its own (auth, JWT …); replicas and
-    /// restarts get the same.
-    pub async fn spawn_with(
-        backend: Backend,
-        configure: impl Fn(&mut Settings) + Send + Sync + 'static,
-    ) -> Option<Self> {
+    /// An instance whose settings `tweak` changes (`webhook_allow`, `retain`, …).
+    pub async fn spawn_with(backend: Backend, tweak: impl Fn(&mut Settings) + Send + Sync + 'static) -> Option<Self> {
         let db = Arc::new(TestDb::create(backend).await?);
         let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
-        Some(Self::spawn_on(backend, db, clock, None, Some(Arc::new(configure))).await)
+        Some(Self::spawn_on(backend, db, clock, None, Some(Arc::new(tweak))).await)
+    }
+
+    /// A fresh instance on the same database and clock, after this one
+    /// stopped, with other settings.
+    pub async fn restart_with(self, tweak: impl Fn(&mut Settings) + Send + Sync + 'static) -> Self {
+        let (backend, db, clock, hook) = (self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone());
+        drop(self);
+        Self::spawn_on(backend, db, clock, hook, Some(Arc::new(tweak))).await
     }
 
     /// An instance that POSTs every alert to `webhook_url`.
@@ -136,17 +139,17 @@ impl TestApp {
             self.db.clone(),
             self.clock.clone(),
             self.webhook_url.clone(),
-            self.configure.clone(),
+            self.settings.clone(),
         )
         .await
     }
 
     /// A fresh instance on the same database and clock, after this one stopped.
     pub async fn restart(self) -> Self {
+        let tweak = self.settings.clone();
         let (backend, db, clock, hook) = (self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone());
-        let configure = self.configure.clone();
         drop(self);
-        Self::spawn_on(backend, db, clock, hook, configure).await
+        Self::spawn_on(backend, db, clock, hook, tweak).await
     }
 
     /// One pass of the background scans (tests drive them by hand).
@@ -159,7 +162,7 @@ impl TestApp {
         db: Arc<TestDb>,
         clock: Arc<ManualClock>,
         webhook_url: Option<String>,
-        configure: Option<Configure>,
+        tweak: Option<Tweak>,
     ) -> Self {
         let mut settings = Settings {
             database_url: db.url.clone(),
@@ -169,21 +172,21 @@ impl TestApp {
             webhook_backoff: Duration::from_secs(1),
             ..Settings::default()
         };
-        if let Some(configure) = &configure {
-            configure(&mut settings);
+        if let Some(tweak) = &tweak {
+            tweak(&mut settings);
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let edge = batchgate::server::Edge::from_settings(&settings).expect("edge settings");
         let app = batchgate::build(&settings, clock.clone() as Arc<dyn Clock>).await.expect("build app");
         let scanner = app.scanner.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        // The same serving code as the binary: timeouts, connection ceiling, shutdown.
         tokio::spawn(async move {
-            axum::serve(listener, app.router)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await
-                .expect("serve");
+            let shutdown = async {
+                let _ = rx.await;
+            };
+            batchgate::serve_app(app, &settings, edge, listener, shutdown).await.expect("serve");
         });
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
         Self {
@@ -194,7 +197,7 @@ impl TestApp {
             db,
             scanner,
             webhook_url,
-            configure,
+            settings: tweak,
             shutdown: Some(tx),
         }
     }
@@ -295,6 +298,20 @@ impl TestApp {
         let (status, body) = self.commit(&id, &clean(partition, rows)).await;
         assert_eq!(status, StatusCode::OK, "commit failed: {body}");
         body
+    }
+
+    /// The first column of the first row of `query`, as a number.
+    pub async fn sql_count(&self, query: &str) -> i64 {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.db.url).await.expect("sqlite");
+                sqlx::query_scalar(query).fetch_one(&mut c).await.expect("sql")
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.db.url).await.expect("postgres");
+                sqlx::query_scalar(query).fetch_one(&mut c).await.expect("sql")
+            }
+        }
     }
 
     pub async fn sql(&self, statement: &str) {
