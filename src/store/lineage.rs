@@ -260,6 +260,31 @@ struct Consumer {
     dt: NaiveDate,
 }
 
+/// The partitions whose current version read upstream partition ($1, $2),
+/// run for every publish and invalidation. It starts from the input's rows in
+/// `batch_inputs` and finds each reader by `partitions_published_batch`
+/// (migration 0009): joined the other way round, it scanned every partition.
+pub const CONSUMERS_SQL: &str =
+    "SELECT d.dataset, d.partition_spec AS partition, i.input_version AS built_on, d.version, \
+       d.published_batch_id AS batch_id, d.stale_upstream AS stale, d.dt \
+     FROM batch_inputs i JOIN partitions d ON d.published_batch_id = i.batch_id \
+     WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY d.dataset, d.partition_spec";
+
+/// The partitions built on ($1, $2) by their published batch, or, while
+/// nothing is published, by their current one (the downstream lineage graph,
+/// which a failure's alert also walks). Two seeks instead of a join on
+/// `COALESCE(published_batch_id, batch_id)`, which no index can serve; the
+/// second tests "never published" in a form no index matches, so both
+/// planners seek `partitions_batch` rather than every unpublished partition.
+pub const DOWNSTREAM_SQL: &str = "SELECT d.dataset, d.partition_spec, i.input_version, i.batch_id FROM batch_inputs i \
+       JOIN partitions d ON d.published_batch_id = i.batch_id \
+       WHERE i.input_dataset = $1 AND i.input_partition = $2 \
+     UNION ALL \
+     SELECT d.dataset, d.partition_spec, i.input_version, i.batch_id FROM batch_inputs i \
+       JOIN partitions d ON d.batch_id = i.batch_id AND COALESCE(d.published_batch_id, '') = '' \
+       WHERE i.input_dataset = $1 AND i.input_partition = $2 \
+     ORDER BY 1, 2";
+
 /// Marks stale, transitively, every partition whose current version was
 /// built on an older version of `root` (or on `root` while it is stale or
 /// invalidated).
@@ -279,15 +304,7 @@ async fn propagate(
         let Some(upstream) = standing(c, &ds, &p).await? else {
             continue;
         };
-        let consumers: Vec<Consumer> = c
-            .all(
-                "SELECT d.dataset, d.partition_spec AS partition, i.input_version AS built_on, d.version, d.published_batch_id AS batch_id, \
-                   d.stale_upstream AS stale, d.dt \
-                 FROM batch_inputs i JOIN partitions d ON d.published_batch_id = i.batch_id \
-                 WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY d.dataset, d.partition_spec",
-                args![&ds, &p],
-            )
-            .await?;
+        let consumers: Vec<Consumer> = c.all(CONSUMERS_SQL, args![&ds, &p]).await?;
         for Consumer {
             dataset: cds,
             partition: cp,
@@ -486,15 +503,7 @@ pub(super) async fn walk(
                     )
                     .await?
                 }
-                Direction::Downstream => {
-                    c.all(
-                        "SELECT d.dataset, d.partition_spec, i.input_version, i.batch_id FROM batch_inputs i \
-                         JOIN partitions d ON COALESCE(d.published_batch_id, d.batch_id) = i.batch_id \
-                         WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY 1, 2",
-                        args![&ds, &p],
-                    )
-                    .await?
-                }
+                Direction::Downstream => c.all(DOWNSTREAM_SQL, args![&ds, &p]).await?,
             };
             for (nds, np, read_version, batch_id) in hops {
                 let here = json!({"dataset": ds, "partition": p});

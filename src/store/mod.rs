@@ -30,7 +30,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use alerts::{AlertRecord, OutboxItem};
-pub use lineage::{ChangeRecord, Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput};
+pub use lineage::{
+    ChangeRecord, Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput, CONSUMERS_SQL,
+    DOWNSTREAM_SQL,
+};
 pub use openlineage::{LineageEvent, Recorded};
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
