@@ -11,6 +11,8 @@ mod query;
 mod ready;
 mod repairs;
 mod service;
+mod strict_json;
+mod strict_url;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,6 +60,7 @@ pub fn router(state: AppState) -> Router {
         // `/ready` bounds its own long-poll (`wait` ≤ MAX_WAIT_SECONDS) and is
         // the hot path: it goes without a timer.
         .merge(ready::router())
+        .route_layer(middleware::from_fn(strict_url::refuse_nul))
         .with_state(state);
     // Outermost last: every response, even a panic or a timeout, passes the
     // JSON error mapping, the 5xx log and the request id.

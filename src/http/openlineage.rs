@@ -64,6 +64,8 @@ impl BatchOutcome {
 }
 
 async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>> {
+    // Any JSON is taken, but not a repeated key, a NUL or an infinite number.
+    super::strict_json::read(&body)?;
     let event = RunEvent::parse(&body).map_err(|e| Error::Request {
         status: 400,
         code: "malformed_json",

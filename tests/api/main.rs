@@ -10,6 +10,7 @@ mod cli;
 mod concurrency;
 mod crash;
 mod faults;
+mod hostile;
 mod lifecycle;
 mod lineage;
 mod listing;
