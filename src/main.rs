@@ -2,6 +2,7 @@
 //! service; `batch …` and `wait` are clients of a running one
 //! ([`batchgate::client::cli`]).
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use anyhow::Context;
 use batchgate::client::cli::{self as client, BatchArgs, WaitArgs};
 use batchgate::clock::SystemClock;
 use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -26,7 +27,7 @@ enum Command {
     /// Serve the API (the default when no command is given).
     Serve(ServeArgs),
     /// Apply database migrations and exit.
-    Migrate(DbArgs),
+    Migrate(MigrateArgs),
     /// Start, commit, fail or heartbeat a batch on a running service: exit 0
     /// done, 2 invalid input, 3 refused or rejected, 4 service unreachable.
     Batch(BatchArgs),
@@ -42,10 +43,35 @@ struct DbArgs {
     database_url: String,
 }
 
+/// How the server commands write their log.
+#[derive(Args, Clone)]
+struct LogArgs {
+    /// Log line format: `text` (human-readable; coloured only on a terminal)
+    /// or `json` (one object a line). Levels come from `RUST_LOG`.
+    #[arg(long, env = "BATCHGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args, Clone)]
+struct MigrateArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
 #[derive(Args, Clone)]
 struct ServeArgs {
     #[command(flatten)]
     db: DbArgs,
+    #[command(flatten)]
+    log: LogArgs,
     /// Address to listen on.
     #[arg(long, env = "BATCHGATE_LISTEN", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
@@ -68,7 +94,7 @@ async fn main() -> ExitCode {
     match Cli::parse().command {
         Some(Command::Batch(args)) => client::run_batch(args).await.into(),
         Some(Command::Wait(args)) => client::run_wait(args).await.into(),
-        Some(Command::Migrate(db)) => report(migrate(db).await),
+        Some(Command::Migrate(args)) => report(migrate(args).await),
         Some(Command::Serve(args)) => report(serve(args).await),
         None => report(serve(ServeArgs::parse_from_env()).await),
     }
@@ -88,14 +114,20 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 
 /// Logs, for the server commands only: a client command's output is for the
 /// script that runs it.
-fn init_tracing() {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")))
-        .init();
+fn init_tracing(log: &LogArgs) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter);
+    match log.log_format {
+        // Colour codes only for a person at a terminal, never into a file or a pipe.
+        LogFormat::Text => fmt.with_ansi(std::io::stdout().is_terminal()).init(),
+        // Fields at the top level of each object, beside `message`.
+        LogFormat::Json => fmt.json().flatten_event(true).init(),
+    }
 }
 
-async fn migrate(db: DbArgs) -> anyhow::Result<()> {
-    init_tracing();
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    init_tracing(&args.log);
+    let db = args.db;
     batchgate::store::SqlStore::migrate(&db.database_url).await?;
     tracing::info!(db = %redact(&db.database_url), "migrations applied");
     Ok(())
@@ -115,7 +147,7 @@ impl ServeArgs {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    init_tracing();
+    init_tracing(&args.log);
     let settings = Settings {
         database_url: args.db.database_url,
         max_connections: args.max_connections,
