@@ -80,11 +80,11 @@ run_one() {
     set +e
     # One worker: schemathesis's generator is not reliably thread-safe (runtime
     # errors inside hypothesis with two), and the server has the other core.
-    "$venv/bin/python" tests/fuzz/st.py run "http://127.0.0.1:$port/openapi.json" \
+    "$venv/bin/python" tests/fuzz/st.py --config-file tests/fuzz/schemathesis.toml run "http://127.0.0.1:$port/openapi.json" \
         --checks not_a_server_error,response_schema_conformance \
         --phases examples,coverage,fuzzing \
         --max-examples "$max_examples" --max-time "$max_time" --seed "$seed" \
-        --workers 1 --request-timeout 10 --generation-database none \
+        --workers 1 --request-timeout 10 --generation-database none --generation-allow-x00 true \
         --report junit --report-junit-path "$work/$backend.xml" \
         --no-color --output-truncate true 2>&1 | tee "$work/$backend.out"
     status=${PIPESTATUS[0]}
