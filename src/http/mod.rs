@@ -29,6 +29,8 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::changes::ChangeHub;
+use crate::domain::outbound::AllowList;
+use crate::server::Stopping;
 use crate::store::Store;
 use crate::telemetry::Metrics;
 
@@ -42,7 +44,11 @@ pub const MAX_WAIT_SECONDS: f64 = 300.0;
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub hub: Arc<ChangeHub>,
+    /// The hosts a dataset's `webhook_url` may name.
+    pub webhook_allow: Arc<AllowList>,
     pub metrics: Arc<Metrics>,
+    /// Long-polls answer `shutting_down` when this fires.
+    pub stopping: Stopping,
 }
 
 /// Longest any request but a `/ready` long-poll may take.
@@ -61,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .merge(partitions::router())
         .merge(repairs::router())
         .merge(service::router())
+        .merge(crate::ui::router())
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
         // `/ready` bounds its own long-poll (`wait` ≤ MAX_WAIT_SECONDS) and is
         // the hot path: it goes without a timer.
