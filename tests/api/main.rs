@@ -4,6 +4,7 @@
 mod helpers;
 
 mod alerts;
+mod auth;
 mod bad_input;
 mod checks;
 mod cli;
@@ -14,6 +15,7 @@ mod edge;
 mod faults;
 mod growth;
 mod hostile;
+mod jwt;
 mod lifecycle;
 mod lineage;
 mod listing;
