@@ -79,9 +79,11 @@ pub fn router(state: AppState) -> Router {
         // `/ready` bounds its own long-poll (`wait` ≤ MAX_WAIT_SECONDS) and is
         // the hot path: it goes without a timer.
         .merge(ready::router())
-        .route_layer(middleware::from_fn(strict_url::refuse_nul))
         // Every route, before its handler: who is calling, may they.
         .route_layer(middleware::from_fn_with_state(state.clone(), crate::auth::layer::gate))
+        // Outside the gate: the gate looks the batch in the path up, and a
+        // NUL must never reach the database.
+        .route_layer(middleware::from_fn(strict_url::refuse_nul))
         .with_state(state);
     // Outermost last: every response, even a panic or a timeout, passes the
     // JSON error mapping, the 5xx log and the request id.
