@@ -1,6 +1,7 @@
 //! The `batchgate` command: `serve` (the default) and `migrate` run the
-//! service; `batch …` and `wait` are clients of a running one
-//! ([`batchgate::client::cli`]).
+//! service; `batch …`, `wait` and the commands for people (`ready`,
+//! `batches`, `partitions`, `invalidate`, `repair`, `alerts`, `dataset`) are
+//! clients of a running one ([`batchgate::client`]).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -9,6 +10,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use batchgate::client::cli::{self as client, BatchArgs, WaitArgs};
+use batchgate::client::people::{
+    self, AlertsArgs, BatchesArgs, DatasetArgs, InvalidateArgs, PartitionsArgs, ReadyArgs, RepairArgs,
+};
 use batchgate::clock::SystemClock;
 use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN};
 use clap::{Args, Parser, Subcommand};
@@ -33,6 +37,21 @@ enum Command {
     /// Block until partitions are ready: exit 0 ready, 5 timed out, 6
     /// rejected (with --fail-on-rejected), 4 service unreachable.
     Wait(WaitArgs),
+    /// Ask once whether partitions are ready: exit 0 ready, 1 not ready (the
+    /// reason on stdout), 4 service unreachable.
+    Ready(ReadyArgs),
+    /// List batches, or show one batch's record.
+    Batches(BatchesArgs),
+    /// The partitions of a dataset, with their fitness as /ready sees it.
+    Partitions(PartitionsArgs),
+    /// Take a partition out of service until a new batch publishes it.
+    Invalidate(InvalidateArgs),
+    /// Plan a repair, or show a plan and its progress.
+    Repair(RepairArgs),
+    /// Open (or resolved) alerts.
+    Alerts(AlertsArgs),
+    /// Set a dataset's policy.
+    Dataset(DatasetArgs),
 }
 
 #[derive(Args, Clone)]
@@ -68,6 +87,13 @@ async fn main() -> ExitCode {
     match Cli::parse().command {
         Some(Command::Batch(args)) => client::run_batch(args).await.into(),
         Some(Command::Wait(args)) => client::run_wait(args).await.into(),
+        Some(Command::Ready(args)) => people::run_ready(args).await.into(),
+        Some(Command::Batches(args)) => people::run_batches(args).await.into(),
+        Some(Command::Partitions(args)) => people::run_partitions(args).await.into(),
+        Some(Command::Invalidate(args)) => people::run_invalidate(args).await.into(),
+        Some(Command::Repair(args)) => people::run_repair(args).await.into(),
+        Some(Command::Alerts(args)) => people::run_alerts(args).await.into(),
+        Some(Command::Dataset(args)) => people::run_dataset(args).await.into(),
         Some(Command::Migrate(db)) => report(migrate(db).await),
         Some(Command::Serve(args)) => report(serve(args).await),
         None => report(serve(ServeArgs::parse_from_env()).await),
