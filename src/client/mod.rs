@@ -264,11 +264,8 @@ impl Client {
         let mut endpoint = url.clone();
         // `wait=8.994` and the like say nothing about why it is unreachable.
         endpoint.set_query(None);
-        let unreachable = |e: reqwest::Error| ClientError::Unreachable {
-            url: endpoint.clone(),
-            // The URL is already in the message.
-            reason: chain(&e.without_url()),
-        };
+        let unreachable =
+            |e: reqwest::Error| ClientError::Unreachable { url: endpoint.clone(), reason: unreachable_reason(e) };
         let resp = self.http.execute(request).await.map_err(unreachable)?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(unreachable)?;
@@ -279,6 +276,24 @@ impl Client {
         })?;
         Ok(Reply { url, status, body })
     }
+}
+
+/// Why no answer came, in a few words: a timeout, or the innermost cause of
+/// a connection error ("Connection refused (os error 111)"); reqwest's outer
+/// layers ("error sending request: client error (Connect): tcp connect
+/// error") only repeat that. The URL is already in the message.
+fn unreachable_reason(e: reqwest::Error) -> String {
+    if e.is_timeout() {
+        return "no answer in time (timed out)".into();
+    }
+    if e.is_connect() {
+        let mut root: &dyn std::error::Error = &e;
+        while let Some(next) = root.source() {
+            root = next;
+        }
+        return root.to_string();
+    }
+    chain(&e.without_url())
 }
 
 /// An answer whose body is JSON.

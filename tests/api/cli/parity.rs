@@ -6,9 +6,12 @@ use serde_json::Value;
 
 use super::run;
 
-/// The command that sends each operation with a request body, and the flags
-/// whose names are not the field's in kebab case.
-const COMMANDS: &[(&str, &str, &[&str], &[(&str, &str)])] = &[
+/// `(method, path, command, renamed)`: the command that sends an operation
+/// with a request body, and the flags whose names are not the field's in
+/// kebab case.
+type Sender = (&'static str, &'static str, &'static [&'static str], &'static [(&'static str, &'static str)]);
+
+const COMMANDS: &[Sender] = &[
     (
         "post",
         "/v1/batches",

@@ -78,7 +78,9 @@ class LineageRecorder:
         headers = {"Content-Type": "application/json"}
         if authorization is not None:
             headers["Authorization"] = authorization
-        request = urllib.request.Request(self.upstream + path, data=raw, headers=headers, method="POST")
+        request = urllib.request.Request(
+            self.upstream + path, data=raw, headers=headers, method="POST"
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status, response.read()
