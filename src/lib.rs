@@ -13,6 +13,7 @@ pub mod error;
 pub mod http;
 pub mod scanner;
 pub mod store;
+pub mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::scanner::Scanner;
 use crate::store::{DbOptions, SqlStore, Store};
+use crate::telemetry::Metrics;
 
 /// Stops a background task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -38,15 +40,22 @@ pub struct App {
     pub router: axum::Router,
     pub store: Arc<SqlStore>,
     pub scanner: Arc<Scanner>,
+    /// This instance's metrics (each app its own: tests run many in one process).
+    pub metrics: Arc<Metrics>,
 }
 
 /// Connects to the database (migrating it) and builds the router.
 pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
-    let opts = DbOptions { max_connections: settings.max_connections, webhook_url: settings.webhook_url.clone() };
+    let metrics = Arc::new(Metrics::new());
+    let opts = DbOptions {
+        max_connections: settings.max_connections,
+        webhook_url: settings.webhook_url.clone(),
+        metrics: metrics.clone(),
+    };
     let store = SqlStore::connect(&settings.database_url, &opts, clock.clone()).await?;
     let scanner = Arc::new(Scanner::new(store.clone(), clock, settings.webhook_backoff));
-    let state = http::AppState { hub: store.hub().clone(), store: store.clone() };
-    Ok(App { router: http::router(state), store, scanner })
+    let state = http::AppState { hub: store.hub().clone(), store: store.clone(), metrics: metrics.clone() };
+    Ok(App { router: http::router(state), store, scanner, metrics })
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then finishes the

@@ -3,6 +3,7 @@
 //! `batches`, `partitions`, `invalidate`, `repair`, `alerts`, `dataset`) are
 //! clients of a running one ([`batchgate::client`]).
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use batchgate::client::people::{
 };
 use batchgate::clock::SystemClock;
 use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -30,7 +31,7 @@ enum Command {
     /// Serve the API (the default when no command is given).
     Serve(ServeArgs),
     /// Apply database migrations and exit.
-    Migrate(DbArgs),
+    Migrate(MigrateArgs),
     /// Start, commit, fail or heartbeat a batch on a running service: exit 0
     /// done, 2 invalid input, 3 refused or rejected, 4 service unreachable.
     Batch(BatchArgs),
@@ -61,10 +62,35 @@ struct DbArgs {
     database_url: String,
 }
 
+/// How the server commands write their log.
+#[derive(Args, Clone)]
+struct LogArgs {
+    /// Log line format: `text` (human-readable; coloured only on a terminal)
+    /// or `json` (one object a line). Levels come from `RUST_LOG`.
+    #[arg(long, env = "BATCHGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args, Clone)]
+struct MigrateArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
 #[derive(Args, Clone)]
 struct ServeArgs {
     #[command(flatten)]
     db: DbArgs,
+    #[command(flatten)]
+    log: LogArgs,
     /// Address to listen on.
     #[arg(long, env = "BATCHGATE_LISTEN", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
@@ -94,7 +120,7 @@ async fn main() -> ExitCode {
         Some(Command::Repair(args)) => people::run_repair(args).await.into(),
         Some(Command::Alerts(args)) => people::run_alerts(args).await.into(),
         Some(Command::Dataset(args)) => people::run_dataset(args).await.into(),
-        Some(Command::Migrate(db)) => report(migrate(db).await),
+        Some(Command::Migrate(args)) => report(migrate(args).await),
         Some(Command::Serve(args)) => report(serve(args).await),
         None => report(serve(ServeArgs::parse_from_env()).await),
     }
@@ -114,14 +140,20 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 
 /// Logs, for the server commands only: a client command's output is for the
 /// script that runs it.
-fn init_tracing() {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")))
-        .init();
+fn init_tracing(log: &LogArgs) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter);
+    match log.log_format {
+        // Colour codes only for a person at a terminal, never into a file or a pipe.
+        LogFormat::Text => fmt.with_ansi(std::io::stdout().is_terminal()).init(),
+        // Fields at the top level of each object, beside `message`.
+        LogFormat::Json => fmt.json().flatten_event(true).init(),
+    }
 }
 
-async fn migrate(db: DbArgs) -> anyhow::Result<()> {
-    init_tracing();
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    init_tracing(&args.log);
+    let db = args.db;
     batchgate::store::SqlStore::migrate(&db.database_url).await?;
     tracing::info!(db = %redact(&db.database_url), "migrations applied");
     Ok(())
@@ -141,7 +173,7 @@ impl ServeArgs {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    init_tracing();
+    init_tracing(&args.log);
     let settings = Settings {
         database_url: args.db.database_url,
         max_connections: args.max_connections,

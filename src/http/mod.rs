@@ -5,6 +5,7 @@ mod batches;
 mod datasets;
 pub mod error;
 mod lineage;
+mod metrics;
 mod openlineage;
 mod partitions;
 mod query;
@@ -27,6 +28,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::changes::ChangeHub;
 use crate::store::Store;
+use crate::telemetry::Metrics;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 1 << 20;
@@ -38,18 +40,21 @@ pub const MAX_WAIT_SECONDS: f64 = 300.0;
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub hub: Arc<ChangeHub>,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Longest any request but a `/ready` long-poll may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn router(state: AppState) -> Router {
+    let counted = state.metrics.clone();
     let request_id = HeaderName::from_static("x-request-id");
     let api = Router::new()
         .merge(alerts::router())
         .merge(batches::router())
         .merge(datasets::router())
         .merge(lineage::router())
+        .merge(metrics::router())
         .merge(openlineage::router())
         .merge(partitions::router())
         .merge(repairs::router())
@@ -65,6 +70,7 @@ pub fn router(state: AppState) -> Router {
         .layer(CatchPanicLayer::new())
         .layer(middleware::map_response(error::json_errors))
         .layer(middleware::map_response(error::log_server_errors))
+        .layer(middleware::from_fn_with_state(counted, metrics::track))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {
             let path = req.extensions().get::<MatchedPath>().map(MatchedPath::as_str).unwrap_or("unmatched");

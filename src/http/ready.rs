@@ -117,8 +117,12 @@ async fn statuses(app: &AppState, dataset: &str, partitions: &[String]) -> Resul
     let mut missing = Vec::new();
     for (i, p) in partitions.iter().enumerate() {
         match app.hub.cached_partition(dataset, p) {
-            Some(hit) => out.push(hit),
+            Some(hit) => {
+                app.metrics.cache_hit();
+                out.push(hit)
+            }
             None => {
+                app.metrics.cache_miss();
                 out.push(None);
                 missing.push(i);
             }
@@ -140,8 +144,10 @@ async fn statuses(app: &AppState, dataset: &str, partitions: &[String]) -> Resul
 async fn task_latest(app: &AppState, task: &str, dt: NaiveDate) -> Result<Option<Arc<TaskLatest>>> {
     let key = dt.to_string();
     if let Some(hit) = app.hub.cached_task(task, &key) {
+        app.metrics.cache_hit();
         return Ok(hit);
     }
+    app.metrics.cache_miss();
     let seen = app.hub.generation();
     let latest = app.store.latest_task_batch(task, dt).await?.map(Arc::new);
     app.hub.fill_task(seen, task, &key, latest.clone());
@@ -333,6 +339,10 @@ async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response
         None => evaluate_or_unavailable(&app, &q.target).await,
         Some(wait) => long_poll(&app, &q.target, q.until, Instant::now() + wait).await,
     };
+    app.metrics.ready_answer(match &answer {
+        Answer::Ready(_) => "ready",
+        Answer::NotReady(body) => body["reason"].as_str().unwrap_or("unknown"),
+    });
     match answer {
         Answer::Ready(bytes) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
         Answer::NotReady(body) => (StatusCode::NOT_FOUND, Json(body)).into_response(),
@@ -345,6 +355,7 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
     // Subscribe before the first look, so a change between the look and the
     // wait still wakes us.
     let mut rx = app.hub.subscribe();
+    let _waiting = app.metrics.long_poll();
     loop {
         let answer = evaluate_or_unavailable(app, target).await;
         if matches!(answer, Answer::Ready(_)) || (until == Until::ReadyOrRejected && answer.is("rejected")) {

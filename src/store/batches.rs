@@ -21,6 +21,7 @@ use crate::domain::policy::{DatasetPolicy, WriteMode};
 use crate::domain::readiness::partition_state;
 use crate::domain::retry::{self, RetryAdvice};
 use crate::error::{Error, Result};
+use crate::telemetry::{Decided, Outcome};
 
 pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
@@ -271,8 +272,11 @@ impl SqlStore {
         let batch_id = BatchId::new(req.task.clone(), req.dt, seq).to_string();
 
         let mut changed: BTreeSet<String> = req.partitions.iter().map(|p| p.to_string()).collect();
+        let mut abandoned = Vec::new();
         for old in expired.values() {
-            changed.extend(self.abandon(&mut c, old, Some(&batch_id), &policy, now).await?);
+            let (parts, decided) = self.abandon(&mut c, old, Some(&batch_id), &policy, now).await?;
+            changed.extend(parts);
+            abandoned.push(decided);
         }
 
         let mut residue: BTreeMap<String, Residue> = BTreeMap::new();
@@ -337,6 +341,9 @@ impl SqlStore {
 
         self.finish(tx, vec![Change { dataset: dataset.to_owned(), partitions: Some(changed.into_iter().collect()) }])
             .await?;
+        for decided in &abandoned {
+            self.metrics.decided(decided);
+        }
         Ok(Started {
             batch_id,
             seq,
@@ -363,7 +370,7 @@ impl SqlStore {
         by: Option<&str>,
         policy: &DatasetPolicy,
         now: DateTime<Utc>,
-    ) -> Result<Vec<String>> {
+    ) -> Result<(Vec<String>, Decided)> {
         if let Some(by) = by {
             c.exec("UPDATE batches SET superseded_by = $2 WHERE batch_id = $1", args![&b.batch_id, by]).await?;
         }
@@ -379,7 +386,15 @@ impl SqlStore {
         );
         let alert = NewAlert::about_batch(AlertKind::Abandoned, b, policy, parts.clone(), advice, message);
         alerts::raise(c, alert, &self.webhooks(policy), now).await?;
-        Ok(parts)
+        let decided = Decided {
+            batch_id: b.batch_id.clone(),
+            dataset: b.dataset.clone(),
+            tier: policy.tier,
+            partitions: parts.clone(),
+            outcome: Outcome::Abandoned { superseded_by: by.map(str::to_owned) },
+            failed_checks: Vec::new(),
+        };
+        Ok((parts, decided))
     }
 
     /// Takes the write lock and loads a batch under it.

@@ -20,6 +20,7 @@ use crate::domain::checks::{self, CheckResult, CommitEvidence, PartitionHistory}
 use crate::domain::names::PartitionSpec;
 use crate::domain::policy::DatasetPolicy;
 use crate::error::{Error, Result};
+use crate::telemetry::{Decided, FailedCheck, Outcome};
 
 impl SqlStore {
     /// What to answer when a commit or fail arrives for a batch that is no
@@ -199,9 +200,18 @@ impl SqlStore {
             args![batch_id, i64::from(status), body.clone()],
         )
         .await?;
+        let decided = Decided {
+            batch_id: batch_id.to_owned(),
+            dataset: b.dataset.clone(),
+            tier: policy.tier,
+            partitions: changed.clone(),
+            outcome: if verdict.passed { Outcome::Published } else { Outcome::Rejected },
+            failed_checks: verdict.failed_checks().map(FailedCheck::from).collect(),
+        };
         let mut all = vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }];
         all.extend(ripple.changes);
         self.finish(tx, all).await?;
+        self.metrics.decided(&decided);
         Ok(Decision { status, body })
     }
 
@@ -257,7 +267,16 @@ impl SqlStore {
             args![batch_id, body.clone()],
         )
         .await?;
+        let decided = Decided {
+            batch_id: batch_id.to_owned(),
+            dataset: b.dataset.clone(),
+            tier: policy.tier,
+            partitions: changed.clone(),
+            outcome: Outcome::Failed { stage: report.stage, category: report.category },
+            failed_checks: Vec::new(),
+        };
         self.finish(tx, vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }]).await?;
+        self.metrics.decided(&decided);
         Ok(Decision { status: 200, body })
     }
 }

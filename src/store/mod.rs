@@ -41,6 +41,7 @@ use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
 use crate::domain::policy::DatasetPolicy;
 use crate::domain::retry::RetryAdvice;
 use crate::error::Result;
+use crate::telemetry::{Metrics, StoreGauges};
 use db::{Pooled, Tx};
 
 /// A request to start a batch, already parsed.
@@ -195,6 +196,10 @@ pub trait Store: Send + Sync + 'static {
     async fn set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()>;
     /// The batches an OpenLineage run started, oldest first.
     async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>>;
+
+    /// What the database-backed gauges of `/metrics` show now (bounded
+    /// queries: one per dataset with a deadline, one on the outbox).
+    async fn gauges(&self) -> Result<StoreGauges>;
 }
 
 #[derive(Debug, Clone, Default)]
@@ -223,6 +228,8 @@ pub struct SqlStore {
     webhook_url: Option<String>,
     /// PostgreSQL: replicas' acknowledgements of changes.
     acks: Option<Arc<postgres::Acks>>,
+    /// Where decisions are counted (and logged).
+    metrics: Arc<Metrics>,
 }
 
 /// Pool size and connection settings.
@@ -231,11 +238,13 @@ pub struct DbOptions {
     pub max_connections: u32,
     /// Service-wide alert webhook.
     pub webhook_url: Option<String>,
+    /// The service's metrics, which decisions count into.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Default for DbOptions {
     fn default() -> Self {
-        Self { max_connections: 10, webhook_url: None }
+        Self { max_connections: 10, webhook_url: None, metrics: Arc::default() }
     }
 }
 
@@ -252,6 +261,7 @@ impl SqlStore {
                     hub: ChangeHub::new(true),
                     webhook_url: opts.webhook_url.clone(),
                     acks: None,
+                    metrics: opts.metrics.clone(),
                 }
             }
             Some("postgres" | "postgresql") => {
@@ -265,6 +275,7 @@ impl SqlStore {
                     hub,
                     webhook_url: opts.webhook_url.clone(),
                     acks: Some(acks),
+                    metrics: opts.metrics.clone(),
                 }
             }
             _ => anyhow::bail!("database URL must start with sqlite: or postgres:, got {url:?}"),
@@ -274,7 +285,7 @@ impl SqlStore {
 
     /// Applies migrations to `url` and returns.
     pub async fn migrate(url: &str) -> anyhow::Result<()> {
-        let opts = DbOptions { max_connections: 1, webhook_url: None };
+        let opts = DbOptions { max_connections: 1, ..DbOptions::default() };
         match url.split(':').next() {
             Some("sqlite") => sqlite::connect(url, &opts).await.map(drop),
             Some("postgres" | "postgresql") => postgres::connect(url, &opts).await.map(drop),

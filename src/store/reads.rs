@@ -127,7 +127,10 @@ impl Store for SqlStore {
     }
 
     async fn commit_batch(&self, batch_id: &str, evidence: CommitEvidence, fingerprint: String) -> Result<Decision> {
-        self.do_commit(batch_id, evidence, fingerprint).await
+        let began = std::time::Instant::now();
+        let decision = self.do_commit(batch_id, evidence, fingerprint).await?;
+        self.metrics.commit_took(began.elapsed().as_secs_f64());
+        Ok(decision)
     }
 
     async fn fail_batch(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
@@ -331,5 +334,9 @@ impl Store for SqlStore {
 
     async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>> {
         self.do_lineage_batches(run_id).await
+    }
+
+    async fn gauges(&self) -> Result<StoreGauges> {
+        self.do_gauges().await
     }
 }

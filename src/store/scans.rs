@@ -12,12 +12,24 @@ use super::alerts::{self, AlertRecord, NewAlert, OutboxItem, ALERT_COLUMNS};
 use super::batches::{load_batch, load_policy, load_record, not_found};
 use super::db::{args, Arg};
 use super::records::{BatchRecord, DatasetRow, DATASET_COLUMNS};
-use super::{AlertQuery, Page, SqlStore};
+use super::{AlertQuery, Backend, Page, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
 use crate::domain::batch::BatchState;
 use crate::domain::names::PartitionSpec;
+use crate::domain::policy::DatasetPolicy;
 use crate::error::{Error, Result};
+use crate::telemetry::StoreGauges;
+
+/// A data date past its deadline, with the partitions (and their states)
+/// that are not ready.
+pub(super) struct Overdue {
+    pub dataset: String,
+    pub policy: DatasetPolicy,
+    pub dt: NaiveDate,
+    pub due: DateTime<Utc>,
+    pub blocked: Vec<(String, String)>,
+}
 
 /// How long a replica holds a claimed webhook delivery before another may
 /// take it over (it died mid-delivery).
@@ -87,39 +99,43 @@ impl SqlStore {
                 continue;
             }
             let policy = load_policy(&mut c, &dataset).await?.policy();
-            let parts = self.abandon(&mut c, &b, None, &policy, now).await?;
+            let (parts, decided) = self.abandon(&mut c, &b, None, &policy, now).await?;
             self.finish(tx, vec![Change { dataset, partitions: Some(parts) }]).await?;
+            self.metrics.decided(&decided);
             abandoned.push(batch_id);
         }
         Ok(abandoned)
     }
 
-    pub(super) async fn do_check_deadlines(&self) -> Result<usize> {
-        let now = self.now();
+    /// The data dates past their deadline that still have partitions not
+    /// ready: what raises `deadline_missed` and what `partitions_late` counts.
+    pub(super) async fn overdue(&self, now: DateTime<Utc>) -> Result<Vec<Overdue>> {
         let datasets: Vec<DatasetRow> = {
             let mut r = self.read().await?;
             let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets WHERE deadline IS NOT NULL ORDER BY name");
             r.conn().all(&sql, args![]).await?
         };
-        let mut raised = 0;
+        let mut out = Vec::new();
         for ds in datasets {
             let policy = ds.policy();
             let Some(deadline) = &policy.deadline else {
                 continue;
             };
             let tz: chrono_tz::Tz = policy.timezone.parse().unwrap_or(chrono_tz::UTC);
-            // Every data date with at least one batch, and what holds it up.
+            // Every data date with a partition not ready, and what holds it up.
             let rows: Vec<(NaiveDate, String, String)> = {
                 let mut r = self.read().await?;
                 r.conn()
-                    .all("SELECT dt, partition_spec, state FROM partitions WHERE dataset = $1 ORDER BY dt, partition_spec", args![&ds.name])
+                    .all(
+                        "SELECT dt, partition_spec, state FROM partitions WHERE dataset = $1 AND state <> 'ready' \
+                         ORDER BY dt, partition_spec",
+                        args![&ds.name],
+                    )
                     .await?
             };
             let mut late: BTreeMap<NaiveDate, Vec<(String, String)>> = BTreeMap::new();
             for (dt, partition, state) in rows {
-                if state != "ready" {
-                    late.entry(dt).or_default().push((partition, state));
-                }
+                late.entry(dt).or_default().push((partition, state));
             }
             for (dt, blocked) in late {
                 let due = match deadline.instant(dt, tz) {
@@ -129,42 +145,77 @@ impl SqlStore {
                         continue;
                     }
                 };
-                if now < due {
-                    continue;
+                if now >= due {
+                    out.push(Overdue { dataset: ds.name.clone(), policy: policy.clone(), dt, due, blocked });
                 }
-                let mut tx = self.begin_write().await?;
-                let mut c = tx.conn();
-                let advice = alert_rules::for_deadline(&blocked[0].1);
-                let names: Vec<String> = blocked.iter().map(|(p, _)| p.clone()).collect();
-                let alert = NewAlert {
-                    kind: AlertKind::DeadlineMissed,
-                    dedup_key: format!("deadline_missed:{}:{dt}", ds.name),
-                    severity: alert_rules::severity(policy.tier),
-                    task: None,
-                    dataset: ds.name.clone(),
-                    dt: Some(dt),
-                    partitions: names.clone(),
-                    batch_id: None,
-                    stage: None,
-                    category: None,
-                    failing_checks: json!([]),
-                    owner: policy.owner.clone(),
-                    action: advice.action,
-                    retryable: advice.retryable,
-                    message: format!(
-                        "{} {dt} was due by {} and is not published: {}",
-                        ds.name,
-                        due.to_rfc3339(),
-                        blocked.iter().map(|(p, s)| format!("{p} is {s}")).collect::<Vec<_>>().join(", ")
-                    ),
-                };
-                if alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?.is_some() {
-                    raised += 1;
-                }
-                tx.commit().await?;
             }
         }
+        Ok(out)
+    }
+
+    pub(super) async fn do_check_deadlines(&self) -> Result<usize> {
+        let now = self.now();
+        let mut raised = 0;
+        for Overdue { dataset, policy, dt, due, blocked } in self.overdue(now).await? {
+            let mut tx = self.begin_write().await?;
+            let mut c = tx.conn();
+            let advice = alert_rules::for_deadline(&blocked[0].1);
+            let names: Vec<String> = blocked.iter().map(|(p, _)| p.clone()).collect();
+            let alert = NewAlert {
+                kind: AlertKind::DeadlineMissed,
+                dedup_key: format!("deadline_missed:{}:{dt}", dataset),
+                severity: alert_rules::severity(policy.tier),
+                task: None,
+                dataset: dataset.clone(),
+                dt: Some(dt),
+                partitions: names.clone(),
+                batch_id: None,
+                stage: None,
+                category: None,
+                failing_checks: json!([]),
+                owner: policy.owner.clone(),
+                action: advice.action,
+                retryable: advice.retryable,
+                message: format!(
+                    "{} {dt} was due by {} and is not published: {}",
+                    dataset,
+                    due.to_rfc3339(),
+                    blocked.iter().map(|(p, s)| format!("{p} is {s}")).collect::<Vec<_>>().join(", ")
+                ),
+            };
+            if alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?.is_some() {
+                raised += 1;
+            }
+            tx.commit().await?;
+        }
         Ok(raised)
+    }
+
+    /// The gauges `/metrics` reads from the database.
+    pub(super) async fn do_gauges(&self) -> Result<StoreGauges> {
+        let now = self.now();
+        let partitions_late = self.overdue(now).await?.iter().map(|o| o.blocked.len() as i64).sum();
+        let mut r = self.read().await?;
+        let mut c = r.conn();
+        let (outbox_pending,): (i64,) =
+            c.one("SELECT COUNT(*) FROM webhook_outbox WHERE delivered_at IS NULL", args![]).await?;
+        let oldest: Option<(DateTime<Utc>,)> = c
+            .opt("SELECT created_at FROM webhook_outbox WHERE delivered_at IS NULL ORDER BY id LIMIT 1", args![])
+            .await?;
+        drop(r);
+        let oldest_pending_seconds = oldest.map_or(0.0, |(at,)| (now - at).num_milliseconds().max(0) as f64 / 1000.0);
+        let (size, idle) = match &self.backend {
+            Backend::Sqlite(p) => (p.size(), p.num_idle()),
+            Backend::Postgres(p) => (p.size(), p.num_idle()),
+        };
+        let pool_idle = i64::try_from(idle).unwrap_or(i64::MAX);
+        Ok(StoreGauges {
+            partitions_late,
+            outbox_pending,
+            oldest_pending_seconds,
+            pool_idle,
+            pool_in_use: (i64::from(size) - pool_idle).max(0),
+        })
     }
 
     pub(super) async fn do_list_alerts(&self, q: &AlertQuery) -> Result<Page<AlertRecord>> {

@@ -1,0 +1,167 @@
+//! The log of the real binary: with `--log-format json`, a rejection (and a
+//! failure) leaves one decision line with the batch id, dataset, partitions, actor, request
+//! id and the failed checks (observed against expected); requests are logged
+//! at info with their route template, `/ready` only at debug; and no colour
+//! codes go into a pipe, in either format.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::{Backend, TestDb};
+
+struct Server {
+    child: Option<Child>,
+    base: String,
+}
+
+impl Server {
+    async fn start(db: &TestDb, extra: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(env!("CARGO_BIN_EXE_batchgate"))
+            .args(["serve", "--db", &db.url, "--listen", &format!("127.0.0.1:{port}"), "--scan-interval", "0s"])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .env_remove("BATCHGATE_LOG_FORMAT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn batchgate");
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while reqwest::get(format!("{base}/healthz")).await.map(|r| r.status() != StatusCode::OK).unwrap_or(true) {
+            assert!(Instant::now() < deadline, "batchgate did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self { child: Some(child), base }
+    }
+
+    /// Stops the server and returns what it wrote to stdout and stderr.
+    fn output(mut self) -> String {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("wait");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts a batch and commits evidence that fails `rows_match_written`,
+/// sending `request_id` with the commit; returns the batch id.
+async fn reject(base: &str, request_id: &str) -> String {
+    let client = reqwest::Client::new();
+    let start = json!({"task": "t", "dataset": "d.logged", "dt": "2026-08-24", "partitions": ["dt=2026-08-24"]});
+    let resp = client.post(format!("{base}/v1/batches")).json(&start).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let id = resp.json::<Value>().await.unwrap()["batch_id"].as_str().unwrap().to_owned();
+    let evidence =
+        json!({"marker": "m", "partitions": [{"partition": "dt=2026-08-24", "rows_written": 100, "row_count": 90}]});
+    let resp = client
+        .post(format!("{base}/v1/batches/{id}/commit"))
+        .header("x-request-id", request_id)
+        .json(&evidence)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let ready = client.get(format!("{base}/ready?dataset=d.logged&partition=dt%3D2026-08-24")).send().await.unwrap();
+    assert_eq!(ready.status(), StatusCode::NOT_FOUND);
+    id
+}
+
+/// Starts a batch and reports it failed at the write stage; returns its id.
+async fn fail(base: &str) -> String {
+    let client = reqwest::Client::new();
+    let start = json!({"task": "t", "dataset": "d.logged", "dt": "2026-08-25", "partitions": ["dt=2026-08-25"]});
+    let resp = client.post(format!("{base}/v1/batches")).json(&start).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let id = resp.json::<Value>().await.unwrap()["batch_id"].as_str().unwrap().to_owned();
+    let report = json!({"stage": "write", "category": "data", "message": "disk full"});
+    let resp = client.post(format!("{base}/v1/batches/{id}/fail")).json(&report).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_leaves_a_json_decision_line_with_its_fields() {
+    let db = TestDb::create(Backend::Sqlite).await.expect("SQLite is always available");
+    let server = Server::start(&db, &["--log-format", "json"]).await;
+    let id = reject(&server.base, "req-rejection-1").await;
+    let failed_id = fail(&server.base).await;
+    let log = server.output();
+
+    assert!(!log.contains('\u{1b}'), "no colour codes into a pipe:\n{log}");
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}")))
+        .collect();
+    let decision = lines
+        .iter()
+        .find(|l| l["message"] == "batch rejected")
+        .unwrap_or_else(|| panic!("no decision line in:\n{log}"));
+    assert_eq!(decision["level"], "INFO");
+    assert_eq!(decision["batch_id"], id.as_str());
+    assert_eq!(decision["dataset"], "d.logged");
+    assert_eq!(decision["partitions"], "dt=2026-08-24");
+    assert_eq!(decision["state"], "rejected");
+    assert_eq!(decision["tier"], "standard");
+    assert_eq!(decision["actor"], "anonymous");
+    assert_eq!(decision["request_id"], "req-rejection-1");
+    let failed: Value = serde_json::from_str(decision["failed_checks"].as_str().expect("failed_checks")).unwrap();
+    let rows = failed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "rows_match_written")
+        .unwrap_or_else(|| panic!("rows_match_written in {failed}"));
+    assert_eq!(rows["observed"], 90, "{rows}");
+    assert_eq!(rows["expected"], 100, "{rows}");
+
+    let failure =
+        lines.iter().find(|l| l["message"] == "batch failed").unwrap_or_else(|| panic!("no failure line in:\n{log}"));
+    assert_eq!(failure["batch_id"], failed_id.as_str());
+    assert_eq!((&failure["stage"], &failure["category"]), (&json!("write"), &json!("data")));
+    assert_eq!(failure["partitions"], "dt=2026-08-25");
+    assert!(failure["request_id"].as_str().is_some_and(|r| !r.is_empty()), "a generated request id: {failure}");
+
+    let commit = lines
+        .iter()
+        .find(|l| l["message"] == "request" && l["route"] == "/v1/batches/{batch_id}/commit")
+        .unwrap_or_else(|| panic!("no request line for the commit in:\n{log}"));
+    assert_eq!(commit["level"], "INFO");
+    assert_eq!(commit["status"], 422);
+    assert!(commit["duration_ms"].as_f64().is_some(), "{commit}");
+    assert!(
+        !lines.iter().any(|l| l["message"] == "request" && l["route"] == "/ready"),
+        "/ready is logged at debug only, not at the default info:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_into_a_pipe_carry_no_colour_codes() {
+    let db = TestDb::create(Backend::Sqlite).await.expect("SQLite is always available");
+    let server = Server::start(&db, &[]).await;
+    let id = reject(&server.base, "req-text-1").await;
+    let log = server.output();
+    assert!(!log.contains('\u{1b}'), "no colour codes into a pipe:\n{log}");
+    let line = log.lines().find(|l| l.contains("batch rejected")).unwrap_or_else(|| panic!("no decision in:\n{log}"));
+    for field in [
+        format!("batch_id={id}"),
+        "dataset=d.logged".into(),
+        "request_id=\"req-text-1\"".into(),
+        "actor=anonymous".into(),
+    ] {
+        assert!(line.contains(&field), "{field} in {line}");
+    }
+}
