@@ -1,7 +1,7 @@
 //! A typed async client for a running batchgate service, and the client
 //! commands built on it (`batchgate batch …`, `batchgate wait`).
 //!
-//! The client speaks HTTP, or HTTPS (rustls, the platform's web PKI roots)
+//! The client speaks HTTP, or HTTPS (rustls, the system's root certificates)
 //! when the service sits behind a TLS proxy or listener.
 
 pub mod cli;

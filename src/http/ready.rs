@@ -361,8 +361,15 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
         if matches!(answer, Answer::Ready(_)) || (until == Until::ReadyOrRejected && answer.is("rejected")) {
             return answer;
         }
+        if app.stopping.is_stopping() {
+            return shutting_down();
+        }
         loop {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
+            let signal = tokio::select! {
+                r = tokio::time::timeout_at(deadline, rx.recv()) => r,
+                () = app.stopping.wait() => return shutting_down(),
+            };
+            match signal {
                 Err(_elapsed) => return answer,
                 Ok(Ok(signal)) if relevant(target, &signal) => break,
                 Ok(Ok(_)) => continue,
@@ -371,4 +378,10 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
             }
         }
     }
+}
+
+/// This instance is going away: the sensor should simply poll again (and
+/// reach another replica, or this one restarted).
+fn shutting_down() -> Answer {
+    not_ready("shutting_down", json!({"message": "this instance is shutting down; poll again"}))
 }

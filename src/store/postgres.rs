@@ -5,12 +5,14 @@
 //! readiness cache and long-poll waiters hear of it.
 
 use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::Instant;
 
-use sqlx::postgres::{PgListener, PgPoolOptions};
-use sqlx::{PgPool, Postgres, Transaction};
+use anyhow::Context;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
 
 use super::DbOptions;
 use crate::changes::{Change, ChangeHub};
@@ -21,11 +23,22 @@ pub(super) const CHANNEL: &str = "batchgate_changes";
 const MAX_PAYLOAD: usize = 7000;
 
 pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<PgPool> {
+    let options = PgConnectOptions::from_str(url)?;
+    // One connection first, without the pool's retries: a server that is
+    // not there is reported at once, with its address and the cause
+    // (the pool would retry until its timeout and say only "timed out").
+    let at = format!("{}:{}", options.get_host(), options.get_port());
+    match tokio::time::timeout(opts.timeout, PgConnection::connect_with(&options)).await {
+        Ok(Ok(first)) => drop(first.close().await),
+        Ok(Err(e)) => return Err(anyhow::Error::new(e).context(format!("cannot connect to PostgreSQL at {at}"))),
+        Err(_) => anyhow::bail!("cannot connect to PostgreSQL at {at}: no answer within {:?}", opts.timeout),
+    }
     let pool = PgPoolOptions::new()
         .max_connections(opts.max_connections)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(url)
-        .await?;
+        .acquire_timeout(opts.timeout)
+        .connect_with(options)
+        .await
+        .with_context(|| format!("cannot connect to PostgreSQL at {at}"))?;
     sqlx::migrate!("./migrations/postgres").run(&pool).await?;
     Ok(pool)
 }

@@ -1,7 +1,6 @@
 //! SQLite, the embedded default: one file, WAL, one writer at a time.
 
 use std::str::FromStr;
-use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Sqlite, SqlitePool, Transaction};
@@ -16,10 +15,12 @@ pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<Sqlit
         // only a killed process.
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
-        .busy_timeout(Duration::from_secs(10));
+        // A writer waits this long for another's lock (another process's
+        // too), then the request answers 503 storage_unavailable.
+        .busy_timeout(opts.timeout);
     let pool = SqlitePoolOptions::new()
         .max_connections(opts.max_connections.max(2))
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(opts.timeout)
         .connect_with(options)
         .await?;
     sqlx::migrate!("./migrations/sqlite").run(&pool).await?;

@@ -4,12 +4,17 @@
 mod helpers;
 
 mod alerts;
+mod auth;
 mod bad_input;
 mod checks;
 mod cli;
 mod concurrency;
+mod console;
 mod crash;
+mod edge;
 mod faults;
+mod growth;
+mod jwt;
 mod lifecycle;
 mod lineage;
 mod listing;
@@ -18,5 +23,10 @@ mod long_poll;
 mod metrics;
 mod openapi;
 mod openlineage;
+mod outage;
+mod outbound;
+mod process;
 mod repairs;
 mod retries;
+mod tls;
+mod wire;

@@ -8,6 +8,7 @@ mod parity;
 mod people;
 mod recipe;
 mod repair_example;
+mod token;
 mod wait;
 
 use std::ffi::OsStr;
