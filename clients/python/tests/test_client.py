@@ -25,7 +25,7 @@ from batchgate import (
     WaitTimeout,
 )
 
-from .helpers import DT, MARKER, PARTITION, Names, bad, good, later
+from .helpers import DT, MARKER, PARTITION, TOKEN, Names, Service, bad, good, later
 
 
 def publish(client: BatchgateClient, names: Names, rows: int = 100) -> str:
@@ -409,3 +409,16 @@ def test_invalidate_and_alerts(client: BatchgateClient, names: Names) -> None:
     listed = client.partitions(names.dataset)
     assert [p["invalidated_reason"] for p in listed["items"]] == ["bad extract"]
     assert isinstance(client.alerts(dataset=names.dataset)["items"], list)
+
+
+def test_the_service_requires_the_token_the_client_sends(service: Service, names: Names) -> None:
+    # The session's service runs with --auth required.
+    for token in (None, "bgt_not_a_token"):
+        with BatchgateClient(service.base_url, token=token, timeout=10) as stranger:
+            with pytest.raises(BatchgateError) as refused:
+                stranger.start_batch(names.task, names.dataset, DT, [PARTITION])
+            assert (refused.value.status, refused.value.code) == (401, "unauthenticated")
+    with BatchgateClient(service.base_url, token=TOKEN, timeout=10) as holder:
+        started = holder.start_batch(names.task, names.dataset, DT, [PARTITION])
+        holder.commit(started.batch_id, good(), marker=MARKER)
+        assert holder.ready(names.dataset, [PARTITION]).ready
