@@ -422,3 +422,17 @@ def test_the_service_requires_the_token_the_client_sends(service: Service, names
         started = holder.start_batch(names.task, names.dataset, DT, [PARTITION])
         holder.commit(started.batch_id, good(), marker=MARKER)
         assert holder.ready(names.dataset, [PARTITION]).ready
+
+
+def test_an_admin_makes_lists_and_revokes_tokens(client: BatchgateClient, names: Names) -> None:
+    made = client.create_token(names.task, ["read"], expires_in="1d")
+    with BatchgateClient(client.base_url, token=made["token"], timeout=10) as reader:
+        assert not reader.ready(names.dataset, [PARTITION]).ready  # read: allowed
+        with pytest.raises(BatchgateError) as refused:
+            reader.start_batch(names.task, names.dataset, DT, [PARTITION])
+        assert (refused.value.status, refused.value.code) == (403, "forbidden")
+        assert names.task in [t["name"] for t in client.tokens()["items"]]
+        client.revoke_token(names.task)
+        with pytest.raises(BatchgateError) as revoked:
+            reader.ready(names.dataset, [PARTITION])
+        assert revoked.value.status == 401

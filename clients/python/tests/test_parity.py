@@ -22,6 +22,7 @@ METHODS: dict[tuple[str, str], list[Callable[..., Any]]] = {
     ("put", "/v1/datasets/{dataset}"): [BatchgateClient.put_dataset],
     ("post", "/v1/partitions/{dataset}/{partition}/invalidate"): [BatchgateClient.invalidate],
     ("post", "/v1/repairs"): [BatchgateClient.create_repair],
+    ("post", "/v1/tokens"): [BatchgateClient.create_token],
 }
 NOT_SENT_BY_THE_CLIENT = {("post", "/api/v1/lineage")}
 

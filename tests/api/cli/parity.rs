@@ -35,6 +35,8 @@ const COMMANDS: &[Sender] = &[
     ("put", "/v1/datasets/{dataset}", &["dataset", "set"], &[("unique_key", "--unique-key")]),
     ("post", "/v1/partitions/{dataset}/{partition}/invalidate", &["invalidate"], &[]),
     ("post", "/v1/repairs", &["repair", "plan"], &[("partitions", "--partition")]),
+    // `batchgate token create` makes the same token directly in the database.
+    ("post", "/v1/tokens", &["token", "create"], &[("scopes", "--scope"), ("expires_in", "--expires")]),
 ];
 
 /// Operations with a body that no person types: OpenLineage producers post

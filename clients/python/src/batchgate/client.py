@@ -423,6 +423,33 @@ class BatchgateClient:
         _, answer = self._call("PUT", f"/v1/datasets/{_segment(dataset)}", json=body, ok=(200, 201))
         return dict(answer)
 
+    # -- tokens (admin) ---------------------------------------------------
+
+    def create_token(
+        self, name: str, scopes: Sequence[str], *, expires_in: str | None = None
+    ) -> dict[str, Any]:
+        """Makes an API token (``admin``); the answer's ``token`` is the secret, shown once.
+
+        ``scopes`` are ``read``, ``produce:<glob>``, ``operate:<glob>`` or ``admin``;
+        ``expires_in`` a lifetime such as ``90d``.
+        """
+        body: dict[str, Any] = {"name": name, "scopes": list(scopes)}
+        if expires_in is not None:
+            body["expires_in"] = expires_in
+        _, answer = self._call("POST", "/v1/tokens", json=body, ok=(201,))
+        return dict(answer)
+
+    def tokens(self) -> dict[str, Any]:
+        """The tokens (name, scopes, created, expires, last used; never the secret)."""
+        _, answer = self._call("GET", "/v1/tokens")
+        return dict(answer)
+
+    def revoke_token(self, name: str) -> None:
+        """Revokes a token: it stops working at once, on every replica."""
+        status, body = self._send("DELETE", f"/v1/tokens/{_segment(name)}")
+        if status != 204:
+            raise error_from_response(status, body, "")
+
     # -- readiness --------------------------------------------------------
 
     def ready(
@@ -540,6 +567,8 @@ class BatchgateClient:
             )
         except requests.RequestException as e:
             raise transport_error(e, f"{method} {url}") from e
+        if response.status_code == 204:
+            return 204, None
         try:
             body = response.json()
         except ValueError:
