@@ -149,6 +149,15 @@ impl Intake<'_> {
                     continue;
                 }
             };
+            // Inputs the registry does not know (a source system's tables)
+            // are not batchgate's lineage and are left out; those it knows
+            // are recorded even when not ready: the run already read them.
+            let mut inputs = Vec::new();
+            for (dataset, partition) in &plan.inputs {
+                if self.app.store.get_dataset(dataset).await?.is_some() {
+                    inputs.push((dataset.clone(), partition.clone()));
+                }
+            }
             let started = self.app.store.start_batch(StartBatch {
                 task: plan.task,
                 dataset: plan.dataset,
@@ -162,8 +171,8 @@ impl Intake<'_> {
                 fingerprint: plan.fingerprint,
                 wildcard_partitions: Vec::new(),
                 cleaned_batch_ids: Vec::new(),
-                inputs: Vec::new(),
-                allow_unready_inputs: false,
+                allow_unready_inputs: !inputs.is_empty(),
+                inputs,
                 repair_id: None,
             });
             let what = format!("{}: no batch started", output.dataset);

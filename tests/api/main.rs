@@ -5,6 +5,7 @@ mod helpers;
 
 mod alerts;
 mod auth;
+mod auth_modes;
 mod bad_input;
 mod checks;
 mod cli;
