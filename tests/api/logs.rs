@@ -19,12 +19,18 @@ struct Server {
 
 impl Server {
     async fn start(db: &TestDb, extra: &[&str]) -> Self {
+        Self::start_with_env(db, extra, &[]).await
+    }
+
+    async fn start_with_env(db: &TestDb, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new(env!("CARGO_BIN_EXE_batchgate"))
             .args(["serve", "--db", &db.url, "--listen", &format!("127.0.0.1:{port}"), "--scan-interval", "0s"])
             .args(extra)
             .env_remove("RUST_LOG")
             .env_remove("BATCHGATE_LOG_FORMAT")
+            .env_remove("BATCHGATE_BOOTSTRAP_TOKEN")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -60,7 +66,16 @@ impl Drop for Server {
 /// Starts a batch and commits evidence that fails `rows_match_written`,
 /// sending `request_id` with the commit; returns the batch id.
 async fn reject(base: &str, request_id: &str) -> String {
-    let client = reqwest::Client::new();
+    reject_as(base, request_id, None).await
+}
+
+/// [`reject`], sending `token` as a bearer token.
+async fn reject_as(base: &str, request_id: &str, token: Option<&str>) -> String {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token {
+        headers.insert("authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    let client = reqwest::Client::builder().default_headers(headers).build().unwrap();
     let start = json!({"task": "t", "dataset": "d.logged", "dt": "2026-08-24", "partitions": ["dt=2026-08-24"]});
     let resp = client.post(format!("{base}/v1/batches")).json(&start).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::CREATED);
@@ -76,7 +91,7 @@ async fn reject(base: &str, request_id: &str) -> String {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let ready = client.get(format!("{base}/ready?dataset=d.logged&partition=dt%3D2026-08-24")).send().await.unwrap();
-    assert_eq!(ready.status(), StatusCode::NOT_FOUND);
+    assert_eq!(ready.status(), StatusCode::NOT_FOUND, "{:?}", ready.text().await);
     id
 }
 
@@ -164,4 +179,23 @@ async fn text_logs_into_a_pipe_carry_no_colour_codes() {
     ] {
         assert!(line.contains(&field), "{field} in {line}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_on_the_decision_names_the_authenticated_actor() {
+    let db = TestDb::create(Backend::Sqlite).await.expect("SQLite is always available");
+    let token = "bootstrap-secret-for-the-log-test";
+    let env = [("BATCHGATE_BOOTSTRAP_TOKEN", token)];
+    let server = Server::start_with_env(&db, &["--log-format", "json", "--auth", "required"], &env).await;
+    let id = reject_as(&server.base, "req-auth-1", Some(token)).await;
+    let log = server.output();
+    let decision = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["message"] == "batch rejected")
+        .unwrap_or_else(|| panic!("no decision line in:\n{log}"));
+    assert_eq!(decision["batch_id"], id.as_str());
+    assert_eq!(decision["actor"], "bootstrap", "{decision}");
+    assert_eq!(decision["request_id"], "req-auth-1");
+    assert!(!log.contains(token), "the token never reaches the log");
 }
