@@ -5,10 +5,16 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::auth::{AuthMode, JwtSettings};
+
 /// Where the registry lives when nothing says otherwise: a file in the
 /// working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://batchgate.db";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// How long the change feed, resolved alerts, sent webhooks and raw
+/// OpenLineage events are kept: a year and a month, so that last year's run
+/// of the same day can still be looked up.
+pub const DEFAULT_RETAIN: &str = "400d";
 
 #[derive(Clone)]
 pub struct Settings {
@@ -20,6 +26,21 @@ pub struct Settings {
     pub webhook_url: Option<String>,
     /// First wait before a failed webhook delivery is tried again.
     pub webhook_backoff: Duration,
+    /// Whether requests must carry a token (`auto`: unless on loopback).
+    pub auth: AuthMode,
+    /// `/ready` answers without a token.
+    pub public_ready: bool,
+    /// An admin token given by the environment.
+    pub bootstrap_token: Option<String>,
+    /// Accept JWTs signed by these keys.
+    pub jwt: Option<JwtSettings>,
+    /// Hosts webhooks may go to besides the host of `webhook_url`
+    /// (`--webhook-allow`; see [`crate::domain::outbound`]).
+    pub webhook_allow: Vec<String>,
+    /// PEM file of extra CA certificates trusted for https webhooks.
+    pub webhook_ca_file: Option<PathBuf>,
+    /// How long pruned history is kept; `None`: forever.
+    pub retain: Option<Duration>,
     /// Longest a request waits for the database (a connection, a lock)
     /// before it answers 503 `storage_unavailable`; also bounds connecting
     /// at start-up.
@@ -42,6 +63,13 @@ impl Default for Settings {
             scan_interval: Some(Duration::from_secs(10)),
             webhook_url: None,
             webhook_backoff: Duration::from_secs(1),
+            auth: AuthMode::Auto,
+            public_ready: false,
+            bootstrap_token: None,
+            jwt: None,
+            webhook_allow: Vec::new(),
+            webhook_ca_file: None,
+            retain: Some(humantime::parse_duration(DEFAULT_RETAIN).expect("the default retention parses")),
             db_timeout: Duration::from_secs(2),
             header_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(5),
@@ -73,6 +101,13 @@ impl fmt::Debug for Settings {
             .field("scan_interval", &self.scan_interval)
             .field("webhook_url", &self.webhook_url.as_deref().map(redact))
             .field("webhook_backoff", &self.webhook_backoff)
+            .field("auth", &self.auth)
+            .field("public_ready", &self.public_ready)
+            .field("bootstrap_token", &self.bootstrap_token.as_ref().map(|_| "***"))
+            .field("jwt", &self.jwt)
+            .field("webhook_allow", &self.webhook_allow)
+            .field("webhook_ca_file", &self.webhook_ca_file)
+            .field("retain", &self.retain)
             .field("db_timeout", &self.db_timeout)
             .field("header_timeout", &self.header_timeout)
             .field("shutdown_grace", &self.shutdown_grace)
@@ -92,5 +127,7 @@ mod tests {
         assert_eq!(redact("sqlite://batchgate.db"), "sqlite://batchgate.db");
         let s = Settings { database_url: "postgres://u:pw@h/d".into(), ..Settings::default() };
         assert!(!format!("{s:?}").contains("pw"));
+        let s = Settings { bootstrap_token: Some("bgt_s3cret".into()), ..Settings::default() };
+        assert!(!format!("{s:?}").contains("s3cret"));
     }
 }

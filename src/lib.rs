@@ -5,6 +5,7 @@
 //! [`serve_app`] until `shutdown` resolves. The integration tests build with
 //! their own clock and serve through the same [`serve_app`].
 
+pub mod auth;
 pub mod changes;
 pub mod client;
 pub mod clock;
@@ -16,6 +17,7 @@ pub mod scanner;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod ui;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,6 +26,7 @@ use tokio::net::TcpListener;
 
 use crate::clock::Clock;
 use crate::config::Settings;
+use crate::domain::outbound::AllowList;
 use crate::scanner::Scanner;
 use crate::store::{DbOptions, SqlStore, Store};
 use crate::telemetry::Metrics;
@@ -58,9 +61,30 @@ pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result
         timeout: settings.db_timeout,
     };
     let store = SqlStore::connect(&settings.database_url, &opts, clock.clone()).await?;
-    let scanner = Arc::new(Scanner::new(store.clone(), clock, settings.webhook_backoff));
+    let allow = AllowList::new(&settings.webhook_allow, settings.webhook_url.as_deref())
+        .map_err(|e| anyhow::anyhow!("--webhook-allow: {e}"))?;
+    let allow = Arc::new(allow);
+    let scanner = Arc::new(Scanner::new(store.clone(), clock.clone(), allow.clone(), settings)?);
     let (stop, stopping) = server::stop_switch();
-    let state = http::AppState { hub: store.hub().clone(), store: store.clone(), metrics: metrics.clone(), stopping };
+    let jwt = match &settings.jwt {
+        Some(j) => Some(auth::JwtVerifier::load(j.clone()).await?),
+        None => None,
+    };
+    let authenticator =
+        auth::Authenticator::new(store.clone(), store.hub().clone(), clock, settings.bootstrap_token.as_deref(), jwt);
+    // `build` cannot know the listen address: `serve` resolves `auto`
+    // against it first; what is left of `auto` here (tests, benchmarks on
+    // 127.0.0.1) counts as loopback.
+    let required = settings.auth == auth::AuthMode::Required;
+    let gate = auth::Gate { required, public_ready: settings.public_ready, authenticator };
+    let state = http::AppState {
+        hub: store.hub().clone(),
+        store: store.clone(),
+        webhook_allow: allow,
+        metrics: metrics.clone(),
+        stopping,
+        auth: Arc::new(gate),
+    };
     Ok(App { router: http::router(state), store, scanner, metrics, stop })
 }
 
@@ -74,6 +98,17 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // Before the database: a bad certificate should not wait for it.
     let edge = server::Edge::from_settings(&settings)?;
+    let addr = listener.local_addr()?;
+    let mut settings = settings;
+    let required = settings.auth.required_on(addr);
+    if !required && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "authentication is OFF on a non-loopback address: anyone who can reach this port can publish, \
+             invalidate and change any dataset's policy; use --auth required and tokens"
+        );
+    }
+    settings.auth = if required { auth::AuthMode::Required } else { auth::AuthMode::Off };
     let app = build(&settings, clock).await?;
     serve_app(app, &settings, edge, listener, shutdown).await
 }
@@ -87,7 +122,8 @@ pub async fn serve_app(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    tracing::info!(addr = %listener.local_addr()?, backend = app.store.backend(), "batchgate serving");
+    let auth = if settings.auth == auth::AuthMode::Required { "required" } else { "off" };
+    tracing::info!(addr = %listener.local_addr()?, backend = app.store.backend(), auth, "batchgate serving");
     // Dropped (and so stopped) when serving ends.
     let _scans = settings.scan_interval.map(|every| AbortOnDrop(app.scanner.clone().spawn(every)));
     server::run(app.router, listener, edge, app.stop, shutdown).await

@@ -17,8 +17,10 @@ mod postgres;
 mod reads;
 mod records;
 mod repairs;
+mod retention;
 mod scans;
 mod sqlite;
+mod tokens;
 
 use std::sync::Arc;
 
@@ -28,10 +30,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use alerts::{AlertRecord, OutboxItem};
-pub use lineage::{ChangeRecord, Direction, InputRecord, LineageGraph, UnreadyInput};
-pub use openlineage::LineageEvent;
+pub use lineage::{ChangeRecord, Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput};
+pub use openlineage::{LineageEvent, Recorded};
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
-pub use repairs::NewRepair;
+pub use repairs::{NewRepair, RepairSummary};
+pub use retention::{Pruned, PRUNE_BATCH};
+pub use tokens::{AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOKENS_CHANGED};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
 use crate::clock::Clock;
@@ -146,6 +150,8 @@ pub trait Store: Send + Sync + 'static {
     fn backend(&self) -> &'static str;
     /// The hub this store publishes its changes to.
     fn hub(&self) -> &Arc<ChangeHub>;
+    /// The registry's clock: what "now" is for leases and deadlines.
+    fn now(&self) -> DateTime<Utc>;
     async fn health(&self) -> Result<()>;
 
     async fn put_dataset(&self, name: &DatasetName, policy: &DatasetPolicy) -> Result<(DatasetRecord, bool)>;
@@ -178,6 +184,14 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_webhooks(&self, limit: i64) -> Result<Vec<OutboxItem>>;
     async fn webhook_delivered(&self, id: i64) -> Result<()>;
     async fn webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()>;
+    /// Gives a delivery up for good (its host is no longer allowed); `reason` is kept with it.
+    async fn webhook_given_up(&self, id: i64, reason: &str) -> Result<()>;
+    /// Prunes the change feed, resolved alerts, finished deliveries and raw
+    /// OpenLineage events older than `cutoff`, in small batches.
+    async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned>;
+    /// The highest change-feed position pruned so far (0: none): a cursor
+    /// below it points into pruned history.
+    async fn changes_horizon(&self) -> Result<i64>;
 
     /// Takes a partition out of service until a new batch publishes it;
     /// everything built on it goes stale.
@@ -189,14 +203,29 @@ pub trait Store: Send + Sync + 'static {
     async fn create_repair(&self, repair: NewRepair) -> Result<Value>;
     /// A plan with its progress.
     async fn get_repair(&self, id: i64) -> Result<Option<Value>>;
+    /// The most recent repair plans, newest first (without their progress).
+    async fn list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>>;
 
-    /// Stores an OpenLineage event as received; returns its id.
-    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64>;
+    /// Stores an OpenLineage event as received, once: an exact repeat of a
+    /// stored event is not stored again.
+    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<Recorded>;
     /// Records what the intake made of a stored OpenLineage event.
     async fn set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()>;
     /// The batches an OpenLineage run started, oldest first.
     async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>>;
 
+    /// Stores a token's hash; 409 `token_exists` when the name is taken.
+    async fn create_token(&self, token: &NewToken) -> Result<TokenRecord>;
+    /// Every token, by name (hashes included, for the caller to keep to itself).
+    async fn list_tokens(&self) -> Result<Vec<TokenRecord>>;
+    /// Deletes a token; every replica stops accepting it before this returns
+    /// (PostgreSQL: as far as the change acknowledgements reach). False when
+    /// there was none of that name.
+    async fn revoke_token(&self, name: &str) -> Result<bool>;
+    async fn find_token(&self, secret_hash: &str) -> Result<Option<TokenRecord>>;
+    async fn touch_token(&self, name: &str, at: DateTime<Utc>) -> Result<()>;
+    async fn record_audit(&self, entries: &[AuditEntry]) -> Result<()>;
+    async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>>;
     /// What the database-backed gauges of `/metrics` show now (bounded
     /// queries: one per dataset with a deadline, one on the outbox).
     async fn gauges(&self) -> Result<StoreGauges>;

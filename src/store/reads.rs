@@ -60,6 +60,10 @@ impl Store for SqlStore {
         &self.hub
     }
 
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
     async fn health(&self) -> Result<()> {
         let mut r = self.read().await?;
         let _: (i64,) = r.conn().one("SELECT CAST(1 AS BIGINT)", args![]).await?;
@@ -304,6 +308,18 @@ impl Store for SqlStore {
         self.do_webhook_failed(id, error, retry_at).await
     }
 
+    async fn webhook_given_up(&self, id: i64, reason: &str) -> Result<()> {
+        self.do_webhook_given_up(id, reason).await
+    }
+
+    async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {
+        self.do_prune(cutoff).await
+    }
+
+    async fn changes_horizon(&self) -> Result<i64> {
+        self.do_changes_horizon().await
+    }
+
     async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
         self.do_invalidate(dataset, partition, reason).await
     }
@@ -324,7 +340,11 @@ impl Store for SqlStore {
         self.do_get_repair(id).await
     }
 
-    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64> {
+    async fn list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>> {
+        self.do_list_repairs(limit).await
+    }
+
+    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<Recorded> {
         self.do_record_lineage_event(event).await
     }
 
@@ -334,6 +354,34 @@ impl Store for SqlStore {
 
     async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>> {
         self.do_lineage_batches(run_id).await
+    }
+
+    async fn create_token(&self, token: &NewToken) -> Result<TokenRecord> {
+        self.do_create_token(token).await
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenRecord>> {
+        self.do_list_tokens().await
+    }
+
+    async fn revoke_token(&self, name: &str) -> Result<bool> {
+        self.do_revoke_token(name).await
+    }
+
+    async fn find_token(&self, secret_hash: &str) -> Result<Option<TokenRecord>> {
+        self.do_find_token(secret_hash).await
+    }
+
+    async fn touch_token(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
+        self.do_touch_token(name, at).await
+    }
+
+    async fn record_audit(&self, entries: &[AuditEntry]) -> Result<()> {
+        self.do_record_audit(entries).await
+    }
+
+    async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>> {
+        self.do_list_audit(q).await
     }
 
     async fn gauges(&self) -> Result<StoreGauges> {

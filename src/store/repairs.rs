@@ -28,6 +28,17 @@ pub struct NewRepair {
     pub reason: String,
 }
 
+/// A repair plan as a listing shows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct RepairSummary {
+    pub id: i64,
+    pub dataset: String,
+    pub partitions: Json<Vec<String>>,
+    pub action: String,
+    pub reason: String,
+    pub created_at: DateTime<Utc>,
+}
+
 #[derive(Debug, sqlx::FromRow)]
 struct Current {
     dt: NaiveDate,
@@ -177,6 +188,19 @@ impl SqlStore {
         plan["id"] = json!(id);
         plan["state"] = json!("planned");
         Ok(plan)
+    }
+
+    pub(super) async fn do_list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>> {
+        let mut r = self.read().await?;
+        Ok(r.conn()
+            .all(
+                &format!(
+                    "SELECT id, dataset, partitions, action, reason, created_at FROM repairs ORDER BY id DESC LIMIT {}",
+                    limit.clamp(1, 1000)
+                ),
+                args![],
+            )
+            .await?)
     }
 
     /// The plan with its progress: the numbers per partition and what

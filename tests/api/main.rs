@@ -4,13 +4,17 @@
 mod helpers;
 
 mod alerts;
+mod auth;
 mod bad_input;
 mod checks;
 mod cli;
 mod concurrency;
+mod console;
 mod crash;
 mod edge;
 mod faults;
+mod growth;
+mod jwt;
 mod lifecycle;
 mod lineage;
 mod listing;
@@ -20,6 +24,7 @@ mod metrics;
 mod openapi;
 mod openlineage;
 mod outage;
+mod outbound;
 mod process;
 mod repairs;
 mod retries;
