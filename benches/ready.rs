@@ -135,7 +135,7 @@ async fn sqlite_instance(db: &Path) -> Result<Server> {
     let began = Instant::now();
     let rows = seed_sqlite(db).await?;
     println!("sqlite: seeded {rows} task_produce_log rows in {:.1} s", began.elapsed().as_secs_f64());
-    Server::start(app.router).await
+    Server::start_app(app).await
 }
 
 /// Two batchgate instances on the PostgreSQL database at `url`, seeded.
@@ -145,7 +145,7 @@ async fn postgres_instances(url: &str) -> Result<(Server, Server)> {
     let began = Instant::now();
     let rows = seed_postgres(url).await?;
     println!("postgres: seeded {rows} task_produce_log rows in {:.1} s", began.elapsed().as_secs_f64());
-    Ok((Server::start(a.router).await?, Server::start(b.router).await?))
+    Ok((Server::start_app(a).await?, Server::start_app(b).await?))
 }
 
 async fn batchgate_app(database_url: &str) -> Result<batchgate::App> {
@@ -205,6 +205,21 @@ impl Server {
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
+                eprintln!("server on {addr} stopped: {e}");
+            }
+        });
+        Ok(Self { addr, base: format!("http://{addr}"), task })
+    }
+
+    /// The service as the binary serves it (`batchgate::serve_app`: its
+    /// connection handling, timeouts and ceiling), not bare `axum::serve`.
+    async fn start_app(app: batchgate::App) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let settings = Settings { scan_interval: None, ..Settings::default() };
+        let edge = batchgate::server::Edge::from_settings(&settings)?;
+        let task = tokio::spawn(async move {
+            if let Err(e) = batchgate::serve_app(app, &settings, edge, listener, std::future::pending()).await {
                 eprintln!("server on {addr} stopped: {e}");
             }
         });
