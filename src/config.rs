@@ -9,6 +9,10 @@ use std::time::Duration;
 /// working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://batchgate.db";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// How long the change feed, resolved alerts, sent webhooks and raw
+/// OpenLineage events are kept: a year and a month, so that last year's run
+/// of the same day can still be looked up.
+pub const DEFAULT_RETAIN: &str = "400d";
 
 #[derive(Clone)]
 pub struct Settings {
@@ -20,6 +24,13 @@ pub struct Settings {
     pub webhook_url: Option<String>,
     /// First wait before a failed webhook delivery is tried again.
     pub webhook_backoff: Duration,
+    /// Hosts webhooks may go to besides the host of `webhook_url`
+    /// (`--webhook-allow`; see [`crate::domain::outbound`]).
+    pub webhook_allow: Vec<String>,
+    /// PEM file of extra CA certificates trusted for https webhooks.
+    pub webhook_ca_file: Option<PathBuf>,
+    /// How long pruned history is kept; `None`: forever.
+    pub retain: Option<Duration>,
     /// Longest a request waits for the database (a connection, a lock)
     /// before it answers 503 `storage_unavailable`; also bounds connecting
     /// at start-up.
@@ -42,6 +53,9 @@ impl Default for Settings {
             scan_interval: Some(Duration::from_secs(10)),
             webhook_url: None,
             webhook_backoff: Duration::from_secs(1),
+            webhook_allow: Vec::new(),
+            webhook_ca_file: None,
+            retain: Some(humantime::parse_duration(DEFAULT_RETAIN).expect("the default retention parses")),
             db_timeout: Duration::from_secs(2),
             header_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(5),
@@ -73,6 +87,9 @@ impl fmt::Debug for Settings {
             .field("scan_interval", &self.scan_interval)
             .field("webhook_url", &self.webhook_url.as_deref().map(redact))
             .field("webhook_backoff", &self.webhook_backoff)
+            .field("webhook_allow", &self.webhook_allow)
+            .field("webhook_ca_file", &self.webhook_ca_file)
+            .field("retain", &self.retain)
             .field("db_timeout", &self.db_timeout)
             .field("header_timeout", &self.header_timeout)
             .field("shutdown_grace", &self.shutdown_grace)

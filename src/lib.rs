@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 
 use crate::clock::Clock;
 use crate::config::Settings;
+use crate::domain::outbound::AllowList;
 use crate::scanner::Scanner;
 use crate::store::{DbOptions, SqlStore, Store};
 use crate::telemetry::Metrics;
@@ -59,9 +60,18 @@ pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result
         timeout: settings.db_timeout,
     };
     let store = SqlStore::connect(&settings.database_url, &opts, clock.clone()).await?;
-    let scanner = Arc::new(Scanner::new(store.clone(), clock, settings.webhook_backoff));
+    let allow = AllowList::new(&settings.webhook_allow, settings.webhook_url.as_deref())
+        .map_err(|e| anyhow::anyhow!("--webhook-allow: {e}"))?;
+    let allow = Arc::new(allow);
+    let scanner = Arc::new(Scanner::new(store.clone(), clock, allow.clone(), settings)?);
     let (stop, stopping) = server::stop_switch();
-    let state = http::AppState { hub: store.hub().clone(), store: store.clone(), metrics: metrics.clone(), stopping };
+    let state = http::AppState {
+        hub: store.hub().clone(),
+        store: store.clone(),
+        webhook_allow: allow,
+        metrics: metrics.clone(),
+        stopping,
+    };
     Ok(App { router: http::router(state), store, scanner, metrics, stop })
 }
 

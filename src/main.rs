@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use batchgate::client::cli::{self as client, BatchArgs, WaitArgs};
 use batchgate::clock::SystemClock;
-use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN};
+use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN, DEFAULT_RETAIN};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
@@ -92,6 +92,18 @@ struct ServeArgs {
     /// First wait before a failed webhook delivery is retried (doubling, at most 5 minutes).
     #[arg(long, env = "BATCHGATE_WEBHOOK_BACKOFF", default_value = "1s", value_parser = humantime::parse_duration)]
     webhook_backoff: Duration,
+    /// Hosts webhooks may be sent to, comma-separated: `hooks.corp.example`,
+    /// `*.corp.example`, `10.0.0.7:8080`. The host of --webhook-url is always
+    /// allowed; a dataset's webhook_url elsewhere is refused.
+    #[arg(long, env = "BATCHGATE_WEBHOOK_ALLOW", value_delimiter = ',')]
+    webhook_allow: Vec<String>,
+    /// PEM file with CA certificates trusted for https webhooks, besides the system's.
+    #[arg(long, env = "BATCHGATE_WEBHOOK_CA_FILE")]
+    webhook_ca_file: Option<std::path::PathBuf>,
+    /// How long the change feed, resolved alerts, sent webhooks and raw
+    /// OpenLineage events are kept (batches are kept forever); 0: forever.
+    #[arg(long, env = "BATCHGATE_RETAIN", default_value = DEFAULT_RETAIN, value_parser = humantime::parse_duration)]
+    retain: Duration,
     /// A client must send a whole request head within this; a keep-alive
     /// connection idle this long is closed.
     #[arg(long, env = "BATCHGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -172,6 +184,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         scan_interval: Some(args.scan_interval).filter(|d| !d.is_zero()),
         webhook_url: args.webhook_url.filter(|u| !u.is_empty()),
         webhook_backoff: args.webhook_backoff,
+        webhook_allow: args.webhook_allow,
+        webhook_ca_file: args.webhook_ca_file,
+        retain: Some(args.retain).filter(|d| !d.is_zero()),
         db_timeout: args.db.db_timeout,
         header_timeout: args.header_timeout,
         shutdown_grace: args.shutdown_grace,

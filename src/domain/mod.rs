@@ -7,6 +7,7 @@ pub mod checks;
 pub mod deadline;
 pub mod names;
 pub mod openlineage;
+pub mod outbound;
 pub mod policy;
 pub mod readiness;
 pub mod repair;

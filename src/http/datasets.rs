@@ -12,6 +12,7 @@ use super::error::AppJson;
 use super::AppState;
 use crate::domain::deadline::Deadline;
 use crate::domain::names::DatasetName;
+use crate::domain::outbound::{AllowList, Refusal};
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 use crate::error::{Error, Result};
 
@@ -36,7 +37,7 @@ struct PolicyBody {
     webhook_url: Option<String>,
 }
 
-fn policy(b: PolicyBody) -> Result<DatasetPolicy> {
+fn policy(b: PolicyBody, webhook_allow: &AllowList) -> Result<DatasetPolicy> {
     let d = DatasetPolicy::default();
     let unique_key = b.unique_key.unwrap_or_default();
     for (i, col) in unique_key.iter().enumerate() {
@@ -64,8 +65,12 @@ fn policy(b: PolicyBody) -> Result<DatasetPolicy> {
         dl.validate().map_err(|e| Error::invalid("deadline", e))?;
     }
     if let Some(url) = &b.webhook_url {
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url.parse::<axum::http::Uri>().is_err() {
-            return Err(Error::invalid("webhook_url", format!("{url:?} is not an http(s) URL")));
+        match webhook_allow.check(url) {
+            Ok(()) => {}
+            Err(Refusal::NotAUrl(why)) => return Err(Error::invalid("webhook_url", why)),
+            Err(refused @ Refusal::NotAllowed { .. }) => {
+                return Err(Error::invalid_code("webhook_not_allowed", "webhook_url", refused.to_string()))
+            }
         }
     }
     Ok(DatasetPolicy {
@@ -89,7 +94,7 @@ fn dataset_name(raw: &str) -> Result<DatasetName> {
 
 async fn put(State(app): State<AppState>, Path(name): Path<String>, body: AppJson<PolicyBody>) -> Result<Response> {
     let name = dataset_name(&name)?;
-    let policy = policy(body.value)?;
+    let policy = policy(body.value, &app.webhook_allow)?;
     let (record, created) = app.store.put_dataset(&name, &policy).await?;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(record)).into_response())
 }

@@ -49,7 +49,8 @@ async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
 
 /// A consumer stores `next_cursor` and passes it back as `after`: it never
 /// misses or reads twice a change, across restarts and replicas, because
-/// changes are numbered in commit order.
+/// changes are numbered in commit order. A cursor into history pruned by
+/// `--retain` is `410 cursor_expired`, never a silent gap.
 async fn changes(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>> {
     let mut p = Params::parse(raw.as_deref());
     let after_raw = p.one("after")?;
@@ -58,6 +59,19 @@ async fn changes(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
     let limit = p.limit(100, 1000)?;
     p.finish()?;
     let items = app.store.list_changes(after, dataset.as_deref(), limit).await?;
+    // Asked after listing: had pruning passed the cursor meanwhile, the
+    // listing may have skipped changes, and the horizon now says so.
+    let horizon = app.store.changes_horizon().await?;
+    if after_raw.is_some() && after < horizon {
+        return Err(Error::Request {
+            status: 410,
+            code: "cursor_expired",
+            message: String::from(
+                "changes after this cursor are older than the retention period (--retain) and were pruned; \
+                 read the current state again and continue from a request without `after`",
+            ),
+        });
+    }
     let cursor_of = |id: i64| encode_cursor(&json!([id]));
     let next = items.last().map_or_else(|| cursor_of(after), |c| cursor_of(c.id));
     let items: Vec<Value> = items

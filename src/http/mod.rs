@@ -27,6 +27,7 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::changes::ChangeHub;
+use crate::domain::outbound::AllowList;
 use crate::server::Stopping;
 use crate::store::Store;
 use crate::telemetry::Metrics;
@@ -41,6 +42,8 @@ pub const MAX_WAIT_SECONDS: f64 = 300.0;
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub hub: Arc<ChangeHub>,
+    /// The hosts a dataset's `webhook_url` may name.
+    pub webhook_allow: Arc<AllowList>,
     pub metrics: Arc<Metrics>,
     /// Long-polls answer `shutting_down` when this fires.
     pub stopping: Stopping,

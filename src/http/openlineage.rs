@@ -2,7 +2,8 @@
 //! Spark's OpenLineage integrations post (`OPENLINEAGE_URL` plus the HTTP
 //! transport's default endpoint `api/v1/lineage`).
 //!
-//! Every event is stored as received before anything else happens, then
+//! Every event is stored as received before anything else happens (an exact
+//! repeat of a stored event is stored once, and keeps the latest answer), then
 //! [`crate::domain::openlineage`] maps it onto the store calls `/v1/batches`
 //! makes, so an OpenLineage batch goes through the same checks. The answer is
 //! 200 for any JSON body: what the intake could not do is listed in
@@ -69,7 +70,7 @@ async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>>
         code: "malformed_json",
         message: format!("the body is not valid JSON: {e}"),
     })?;
-    let id = app
+    let recorded = app
         .store
         .record_lineage_event(&LineageEvent {
             run_id: event.run_id.clone(),
@@ -79,6 +80,9 @@ async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>>
             body: event.body.clone(),
         })
         .await?;
+    // An exact repeat (a client retrying) is stored once, but still processed:
+    // the answer says what the registry holds now.
+    let id = recorded.id;
     let mut intake = Intake { app: &app, event: &event, batches: Vec::new(), warnings: event.warnings.clone() };
     // Without a type or a run id, parsing has already said why nothing happens.
     if let (Some(kind), Some(run_id)) = (event.kind, event.run_id.as_deref()) {

@@ -418,10 +418,39 @@ impl SqlStore {
         let mut c = tx.conn();
         c.exec("UPDATE batches SET lease_expires_at = $2 WHERE batch_id = $1", args![batch_id, lease_expires_at])
             .await?;
-        event(&mut c, batch_id, "heartbeat", now, json!({"lease_expires_at": lease_expires_at})).await?;
+        record_heartbeat(&mut c, batch_id, now, lease_expires_at).await?;
         tx.commit().await?;
         Ok(Lease { batch_id: batch_id.to_owned(), state: BatchState::Running, lease_expires_at })
     }
+}
+
+/// Heartbeats are summed up in one `heartbeat` event per batch instead of one
+/// event each (a long run beats thousands of times): the event is at the first
+/// heartbeat, and its detail says `{"first_at", "last_at", "count",
+/// "lease_expires_at"}` (the lease the last one set).
+async fn record_heartbeat(
+    c: &mut Conn<'_>,
+    batch_id: &str,
+    now: DateTime<Utc>,
+    lease_expires_at: DateTime<Utc>,
+) -> Result<()> {
+    let last: Option<(i64, DateTime<Utc>, Option<Json<Value>>)> = c
+        .opt(
+            "SELECT id, at, detail FROM batch_events WHERE batch_id = $1 AND kind = 'heartbeat' ORDER BY id DESC LIMIT 1",
+            args![batch_id],
+        )
+        .await?;
+    let Some((id, at, detail)) = last else {
+        let detail = json!({"first_at": now, "last_at": now, "count": 1, "lease_expires_at": lease_expires_at});
+        return event(c, batch_id, "heartbeat", now, detail).await;
+    };
+    let detail = detail.map(|j| j.0).unwrap_or_default();
+    // A heartbeat event written before the summary kept no count: it was one.
+    let count = detail["count"].as_i64().unwrap_or(1) + 1;
+    let first_at = detail.get("first_at").cloned().unwrap_or_else(|| json!(at));
+    let detail = json!({"first_at": first_at, "last_at": now, "count": count, "lease_expires_at": lease_expires_at});
+    c.exec("UPDATE batch_events SET detail = $2 WHERE id = $1", args![id, detail]).await?;
+    Ok(())
 }
 
 /// The overwrite guard: an `overwrite_partition` batch replaces whole

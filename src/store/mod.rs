@@ -17,6 +17,7 @@ mod postgres;
 mod reads;
 mod records;
 mod repairs;
+mod retention;
 mod scans;
 mod sqlite;
 
@@ -29,9 +30,10 @@ use serde_json::Value;
 
 pub use alerts::{AlertRecord, OutboxItem};
 pub use lineage::{ChangeRecord, Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput};
-pub use openlineage::LineageEvent;
+pub use openlineage::{LineageEvent, Recorded};
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
+pub use retention::{Pruned, PRUNE_BATCH};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
 use crate::clock::Clock;
@@ -180,6 +182,14 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_webhooks(&self, limit: i64) -> Result<Vec<OutboxItem>>;
     async fn webhook_delivered(&self, id: i64) -> Result<()>;
     async fn webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()>;
+    /// Gives a delivery up for good (its host is no longer allowed); `reason` is kept with it.
+    async fn webhook_given_up(&self, id: i64, reason: &str) -> Result<()>;
+    /// Prunes the change feed, resolved alerts, finished deliveries and raw
+    /// OpenLineage events older than `cutoff`, in small batches.
+    async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned>;
+    /// The highest change-feed position pruned so far (0: none): a cursor
+    /// below it points into pruned history.
+    async fn changes_horizon(&self) -> Result<i64>;
 
     /// Takes a partition out of service until a new batch publishes it;
     /// everything built on it goes stale.
@@ -194,8 +204,9 @@ pub trait Store: Send + Sync + 'static {
     /// The most recent repair plans, newest first (without their progress).
     async fn list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>>;
 
-    /// Stores an OpenLineage event as received; returns its id.
-    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64>;
+    /// Stores an OpenLineage event as received, once: an exact repeat of a
+    /// stored event is not stored again.
+    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<Recorded>;
     /// Records what the intake made of a stored OpenLineage event.
     async fn set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()>;
     /// The batches an OpenLineage run started, oldest first.

@@ -3,6 +3,7 @@
 //! run's batches need no table of their own).
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use super::batches::load_record;
 use super::db::args;
@@ -19,27 +20,52 @@ pub struct LineageEvent {
     pub body: Value,
 }
 
+/// Where an event is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    pub id: i64,
+    /// An exact repeat of the stored event `id`, not stored again.
+    pub repeat: bool,
+}
+
+/// The SHA-256 of an event's JSON, written canonically (object keys sorted,
+/// no spaces), so an exact repeat hashes the same.
+fn body_hash(body: &Value) -> String {
+    let canonical = serde_json::to_vec(body).expect("a JSON value serialises");
+    hex::encode(Sha256::digest(canonical))
+}
+
 impl SqlStore {
-    pub(super) async fn do_record_lineage_event(&self, e: &LineageEvent) -> Result<i64> {
+    pub(super) async fn do_record_lineage_event(&self, e: &LineageEvent) -> Result<Recorded> {
         let received_at = self.now();
+        let hash = body_hash(&e.body);
         let mut tx = self.begin_write().await?;
-        let (id,): (i64,) = tx
-            .conn()
-            .one(
-                "INSERT INTO openlineage_events (received_at, run_id, event_type, job_namespace, job, body) \
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                args![
-                    received_at,
-                    e.run_id.clone(),
-                    e.event_type.clone(),
-                    e.job_namespace.clone(),
-                    e.job.clone(),
-                    e.body.clone()
-                ],
-            )
-            .await?;
+        let mut c = tx.conn();
+        let stored: Option<(i64,)> =
+            c.opt("SELECT id FROM openlineage_events WHERE body_sha256 = $1", args![hash.clone()]).await?;
+        let recorded = match stored {
+            Some((id,)) => Recorded { id, repeat: true },
+            None => {
+                let (id,): (i64,) = c
+                    .one(
+                        "INSERT INTO openlineage_events (received_at, run_id, event_type, job_namespace, job, body, body_sha256) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                        args![
+                            received_at,
+                            e.run_id.clone(),
+                            e.event_type.clone(),
+                            e.job_namespace.clone(),
+                            e.job.clone(),
+                            e.body.clone(),
+                            hash
+                        ],
+                    )
+                    .await?;
+                Recorded { id, repeat: false }
+            }
+        };
         tx.commit().await?;
-        Ok(id)
+        Ok(recorded)
     }
 
     pub(super) async fn do_set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()> {

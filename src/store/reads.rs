@@ -308,6 +308,18 @@ impl Store for SqlStore {
         self.do_webhook_failed(id, error, retry_at).await
     }
 
+    async fn webhook_given_up(&self, id: i64, reason: &str) -> Result<()> {
+        self.do_webhook_given_up(id, reason).await
+    }
+
+    async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {
+        self.do_prune(cutoff).await
+    }
+
+    async fn changes_horizon(&self) -> Result<i64> {
+        self.do_changes_horizon().await
+    }
+
     async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
         self.do_invalidate(dataset, partition, reason).await
     }
@@ -332,7 +344,7 @@ impl Store for SqlStore {
         self.do_list_repairs(limit).await
     }
 
-    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<i64> {
+    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<Recorded> {
         self.do_record_lineage_event(event).await
     }
 

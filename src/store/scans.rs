@@ -197,10 +197,14 @@ impl SqlStore {
         let partitions_late = self.overdue(now).await?.iter().map(|o| o.blocked.len() as i64).sum();
         let mut r = self.read().await?;
         let mut c = r.conn();
-        let (outbox_pending,): (i64,) =
-            c.one("SELECT COUNT(*) FROM webhook_outbox WHERE delivered_at IS NULL", args![]).await?;
+        let (outbox_pending,): (i64,) = c
+            .one("SELECT COUNT(*) FROM webhook_outbox WHERE delivered_at IS NULL AND given_up_at IS NULL", args![])
+            .await?;
         let oldest: Option<(DateTime<Utc>,)> = c
-            .opt("SELECT created_at FROM webhook_outbox WHERE delivered_at IS NULL ORDER BY id LIMIT 1", args![])
+            .opt(
+                "SELECT created_at FROM webhook_outbox WHERE delivered_at IS NULL AND given_up_at IS NULL ORDER BY id LIMIT 1",
+                args![],
+            )
             .await?;
         drop(r);
         let oldest_pending_seconds = oldest.map_or(0.0, |(at,)| (now - at).num_milliseconds().max(0) as f64 / 1000.0);
@@ -250,7 +254,7 @@ impl SqlStore {
             .all(
                 &format!(
                     "SELECT id, alert_id, url, idempotency_key, payload, attempts FROM webhook_outbox \
-                     WHERE delivered_at IS NULL AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1) \
+                     WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1) \
                      ORDER BY id LIMIT {limit}"
                 ),
                 args![now],
@@ -262,7 +266,7 @@ impl SqlStore {
             let n = c
                 .exec(
                     "UPDATE webhook_outbox SET claimed_until = $2 \
-                     WHERE id = $1 AND delivered_at IS NULL AND (claimed_until IS NULL OR claimed_until < $3)",
+                     WHERE id = $1 AND delivered_at IS NULL AND given_up_at IS NULL AND (claimed_until IS NULL OR claimed_until < $3)",
                     args![item.id, until, now],
                 )
                 .await?;
@@ -288,6 +292,18 @@ impl SqlStore {
             .exec(
                 "UPDATE webhook_outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3, claimed_until = NULL WHERE id = $1",
                 args![id, error, retry_at],
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn do_webhook_given_up(&self, id: i64, reason: &str) -> Result<()> {
+        let now = self.now();
+        let mut r = self.read().await?;
+        r.conn()
+            .exec(
+                "UPDATE webhook_outbox SET given_up_at = $2, last_error = $3, claimed_until = NULL WHERE id = $1",
+                args![id, now, reason],
             )
             .await?;
         Ok(())

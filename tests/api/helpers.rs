@@ -96,33 +96,60 @@ pub struct TestApp {
     pub db: Arc<TestDb>,
     pub scanner: Arc<batchgate::scanner::Scanner>,
     webhook_url: Option<String>,
+    settings: Option<Tweak>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
+
+/// Changes the settings an instance starts with.
+pub type Tweak = Arc<dyn Fn(&mut Settings) + Send + Sync>;
 
 impl TestApp {
     pub async fn spawn(backend: Backend) -> Option<Self> {
         let db = Arc::new(TestDb::create(backend).await?);
         let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
-        Some(Self::spawn_on(backend, db, clock, None).await)
+        Some(Self::spawn_on(backend, db, clock, None, None).await)
+    }
+
+    /// An instance whose settings `tweak` changes (`webhook_allow`, `retain`, …).
+    pub async fn spawn_with(backend: Backend, tweak: impl Fn(&mut Settings) + Send + Sync + 'static) -> Option<Self> {
+        let db = Arc::new(TestDb::create(backend).await?);
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        Some(Self::spawn_on(backend, db, clock, None, Some(Arc::new(tweak))).await)
+    }
+
+    /// A fresh instance on the same database and clock, after this one
+    /// stopped, with other settings.
+    pub async fn restart_with(self, tweak: impl Fn(&mut Settings) + Send + Sync + 'static) -> Self {
+        let (backend, db, clock, hook) = (self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone());
+        drop(self);
+        Self::spawn_on(backend, db, clock, hook, Some(Arc::new(tweak))).await
     }
 
     /// An instance that POSTs every alert to `webhook_url`.
     pub async fn spawn_with_webhook(backend: Backend, webhook_url: &str) -> Option<Self> {
         let db = Arc::new(TestDb::create(backend).await?);
         let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
-        Some(Self::spawn_on(backend, db, clock, Some(webhook_url.to_owned())).await)
+        Some(Self::spawn_on(backend, db, clock, Some(webhook_url.to_owned()), None).await)
     }
 
     /// Another instance on the same database (replicas behind a load balancer).
     pub async fn replica(&self) -> Self {
-        Self::spawn_on(self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone()).await
+        Self::spawn_on(
+            self.backend,
+            self.db.clone(),
+            self.clock.clone(),
+            self.webhook_url.clone(),
+            self.settings.clone(),
+        )
+        .await
     }
 
     /// A fresh instance on the same database and clock, after this one stopped.
     pub async fn restart(self) -> Self {
+        let tweak = self.settings.clone();
         let (backend, db, clock, hook) = (self.backend, self.db.clone(), self.clock.clone(), self.webhook_url.clone());
         drop(self);
-        Self::spawn_on(backend, db, clock, hook).await
+        Self::spawn_on(backend, db, clock, hook, tweak).await
     }
 
     /// One pass of the background scans (tests drive them by hand).
@@ -130,8 +157,14 @@ impl TestApp {
         self.scanner.run_once().await
     }
 
-    async fn spawn_on(backend: Backend, db: Arc<TestDb>, clock: Arc<ManualClock>, webhook_url: Option<String>) -> Self {
-        let settings = Settings {
+    async fn spawn_on(
+        backend: Backend,
+        db: Arc<TestDb>,
+        clock: Arc<ManualClock>,
+        webhook_url: Option<String>,
+        tweak: Option<Tweak>,
+    ) -> Self {
+        let mut settings = Settings {
             database_url: db.url.clone(),
             max_connections: 8,
             scan_interval: None,
@@ -139,6 +172,9 @@ impl TestApp {
             webhook_backoff: Duration::from_secs(1),
             ..Settings::default()
         };
+        if let Some(tweak) = &tweak {
+            tweak(&mut settings);
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let edge = batchgate::server::Edge::from_settings(&settings).expect("edge settings");
@@ -153,7 +189,17 @@ impl TestApp {
             batchgate::serve_app(app, &settings, edge, listener, shutdown).await.expect("serve");
         });
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
-        Self { base: format!("http://{addr}"), client, clock, backend, db, scanner, webhook_url, shutdown: Some(tx) }
+        Self {
+            base: format!("http://{addr}"),
+            client,
+            clock,
+            backend,
+            db,
+            scanner,
+            webhook_url,
+            settings: tweak,
+            shutdown: Some(tx),
+        }
     }
 
     pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
@@ -252,6 +298,20 @@ impl TestApp {
         let (status, body) = self.commit(&id, &clean(partition, rows)).await;
         assert_eq!(status, StatusCode::OK, "commit failed: {body}");
         body
+    }
+
+    /// The first column of the first row of `query`, as a number.
+    pub async fn sql_count(&self, query: &str) -> i64 {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.db.url).await.expect("sqlite");
+                sqlx::query_scalar(query).fetch_one(&mut c).await.expect("sql")
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.db.url).await.expect("postgres");
+                sqlx::query_scalar(query).fetch_one(&mut c).await.expect("sql")
+            }
+        }
     }
 
     pub async fn sql(&self, statement: &str) {

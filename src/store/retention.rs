@@ -1,0 +1,109 @@
+//! Retention: history older than `--retain` is pruned in small batches, so
+//! that the registry does not grow forever and no statement holds the write
+//! lock for long. What is pruned: the change feed, resolved alerts, webhook
+//! deliveries that are done (sent or given up), and the raw OpenLineage
+//! events. Batches, their events and `task_produce_log` are the registry's
+//! history and are kept.
+//!
+//! The change feed remembers how far it was cut (`pruned_history`), so a
+//! consumer whose cursor points into pruned history is told so (`410
+//! cursor_expired`) instead of silently skipping the changes it missed.
+
+use chrono::{DateTime, Utc};
+
+use super::db::{args, Conn};
+use super::SqlStore;
+use crate::error::Result;
+
+/// Rows one statement deletes at most.
+pub const PRUNE_BATCH: i64 = 1000;
+
+/// Statements one table gets per pass at most; the rest waits for the next pass.
+const MAX_BATCHES_PER_PASS: usize = 100;
+
+/// The name of the change feed in `pruned_history`.
+const CHANGES: &str = "changes";
+
+/// What one pass pruned, per table.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pruned {
+    pub changes: u64,
+    pub alerts: u64,
+    pub webhooks: u64,
+    pub openlineage_events: u64,
+}
+
+impl Pruned {
+    pub fn total(&self) -> u64 {
+        self.changes + self.alerts + self.webhooks + self.openlineage_events
+    }
+}
+
+/// One bounded statement per table: deletes up to [`PRUNE_BATCH`] rows
+/// older than `$1`, returning their ids.
+const DELETE_WEBHOOKS: &str = "DELETE FROM webhook_outbox WHERE id IN (SELECT id FROM webhook_outbox \
+     WHERE (delivered_at < $1 OR given_up_at < $1) ORDER BY id LIMIT 1000) RETURNING id";
+/// An alert goes once none of its deliveries is left (the outbox refers to it).
+const DELETE_ALERTS: &str = "DELETE FROM alerts WHERE id IN (SELECT a.id FROM alerts a \
+     WHERE a.state = 'resolved' AND a.resolved_at < $1 \
+     AND NOT EXISTS (SELECT 1 FROM webhook_outbox w WHERE w.alert_id = a.id) ORDER BY a.id LIMIT 1000) RETURNING id";
+const DELETE_CHANGES: &str =
+    "DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < $1 ORDER BY id LIMIT 1000) RETURNING id";
+const DELETE_OPENLINEAGE: &str = "DELETE FROM openlineage_events WHERE id IN (SELECT id FROM openlineage_events \
+     WHERE received_at < $1 ORDER BY id LIMIT 1000) RETURNING id";
+
+impl SqlStore {
+    /// Prunes what is older than `cutoff`, in transactions of at most
+    /// [`PRUNE_BATCH`] rows each.
+    #[tracing::instrument(skip_all, fields(%cutoff))]
+    pub(super) async fn do_prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {
+        Ok(Pruned {
+            // Deliveries before alerts: an alert goes with its last delivery.
+            webhooks: self.prune_table(DELETE_WEBHOOKS, cutoff, None).await?,
+            alerts: self.prune_table(DELETE_ALERTS, cutoff, None).await?,
+            changes: self.prune_table(DELETE_CHANGES, cutoff, Some(CHANGES)).await?,
+            openlineage_events: self.prune_table(DELETE_OPENLINEAGE, cutoff, None).await?,
+        })
+    }
+
+    /// Runs one bounded delete per transaction until a batch comes back
+    /// short. With `horizon`, records the highest id deleted in the same
+    /// transaction as the delete.
+    async fn prune_table(&self, delete: &str, cutoff: DateTime<Utc>, horizon: Option<&str>) -> Result<u64> {
+        debug_assert!(delete.contains(&format!("LIMIT {PRUNE_BATCH}")));
+        let mut total = 0;
+        for _ in 0..MAX_BATCHES_PER_PASS {
+            let mut tx = self.begin_write().await?;
+            let mut c = tx.conn();
+            let ids: Vec<(i64,)> = c.all(delete, args![cutoff]).await?;
+            if let (Some(name), Some(through)) = (horizon, ids.iter().map(|(id,)| *id).max()) {
+                raise_horizon(&mut c, name, through, self.now()).await?;
+            }
+            tx.commit().await?;
+            total += ids.len() as u64;
+            if (ids.len() as i64) < PRUNE_BATCH {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// The highest change id pruned so far (0: none).
+    pub(super) async fn do_changes_horizon(&self) -> Result<i64> {
+        let mut r = self.read().await?;
+        let row: Option<(i64,)> =
+            r.conn().opt("SELECT through_id FROM pruned_history WHERE history = $1", args![CHANGES]).await?;
+        Ok(row.map_or(0, |(id,)| id))
+    }
+}
+
+async fn raise_horizon(c: &mut Conn<'_>, name: &str, through: i64, now: DateTime<Utc>) -> Result<()> {
+    c.exec(
+        "INSERT INTO pruned_history (history, through_id, pruned_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (history) DO UPDATE SET pruned_at = excluded.pruned_at, through_id = CASE \
+         WHEN excluded.through_id > pruned_history.through_id THEN excluded.through_id ELSE pruned_history.through_id END",
+        args![name, through, now],
+    )
+    .await?;
+    Ok(())
+}
