@@ -68,7 +68,7 @@ pub struct ChangeHub {
 }
 
 /// A snapshot of the cache's generation, taken before reading the database.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Generation(u64);
 
 impl ChangeHub {
@@ -143,6 +143,14 @@ impl ChangeHub {
 
     pub fn generation(&self) -> Generation {
         Generation(self.cache.read().expect("cache lock").generation)
+    }
+
+    /// The generation while caching is allowed, `None` while it is suspended.
+    /// Other caches (the token cache in [`crate::auth`]) use it to drop what
+    /// they hold whenever any change is published, here or by a replica.
+    pub fn cache_generation(&self) -> Option<Generation> {
+        let c = self.cache.read().expect("cache lock");
+        c.enabled.then_some(Generation(c.generation))
     }
 
     /// `Some(entry)` on a hit (the entry itself may say "no such partition").

@@ -5,6 +5,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::auth::{AuthMode, JwtSettings};
+
 /// Where the registry lives when nothing says otherwise: a file in the
 /// working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://batchgate.db";
@@ -24,6 +26,14 @@ pub struct Settings {
     pub webhook_url: Option<String>,
     /// First wait before a failed webhook delivery is tried again.
     pub webhook_backoff: Duration,
+    /// Whether requests must carry a token (`auto`: unless on loopback).
+    pub auth: AuthMode,
+    /// `/ready` answers without a token.
+    pub public_ready: bool,
+    /// An admin token given by the environment.
+    pub bootstrap_token: Option<String>,
+    /// Accept JWTs signed by these keys.
+    pub jwt: Option<JwtSettings>,
     /// Hosts webhooks may go to besides the host of `webhook_url`
     /// (`--webhook-allow`; see [`crate::domain::outbound`]).
     pub webhook_allow: Vec<String>,
@@ -53,6 +63,10 @@ impl Default for Settings {
             scan_interval: Some(Duration::from_secs(10)),
             webhook_url: None,
             webhook_backoff: Duration::from_secs(1),
+            auth: AuthMode::Auto,
+            public_ready: false,
+            bootstrap_token: None,
+            jwt: None,
             webhook_allow: Vec::new(),
             webhook_ca_file: None,
             retain: Some(humantime::parse_duration(DEFAULT_RETAIN).expect("the default retention parses")),
@@ -87,6 +101,10 @@ impl fmt::Debug for Settings {
             .field("scan_interval", &self.scan_interval)
             .field("webhook_url", &self.webhook_url.as_deref().map(redact))
             .field("webhook_backoff", &self.webhook_backoff)
+            .field("auth", &self.auth)
+            .field("public_ready", &self.public_ready)
+            .field("bootstrap_token", &self.bootstrap_token.as_ref().map(|_| "***"))
+            .field("jwt", &self.jwt)
             .field("webhook_allow", &self.webhook_allow)
             .field("webhook_ca_file", &self.webhook_ca_file)
             .field("retain", &self.retain)
@@ -109,5 +127,7 @@ mod tests {
         assert_eq!(redact("sqlite://batchgate.db"), "sqlite://batchgate.db");
         let s = Settings { database_url: "postgres://u:pw@h/d".into(), ..Settings::default() };
         assert!(!format!("{s:?}").contains("pw"));
+        let s = Settings { bootstrap_token: Some("bgt_s3cret".into()), ..Settings::default() };
+        assert!(!format!("{s:?}").contains("s3cret"));
     }
 }

@@ -5,6 +5,7 @@
 //! [`serve_app`] until `shutdown` resolves. The integration tests build with
 //! their own clock and serve through the same [`serve_app`].
 
+pub mod auth;
 pub mod changes;
 pub mod client;
 pub mod clock;
@@ -63,14 +64,26 @@ pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result
     let allow = AllowList::new(&settings.webhook_allow, settings.webhook_url.as_deref())
         .map_err(|e| anyhow::anyhow!("--webhook-allow: {e}"))?;
     let allow = Arc::new(allow);
-    let scanner = Arc::new(Scanner::new(store.clone(), clock, allow.clone(), settings)?);
+    let scanner = Arc::new(Scanner::new(store.clone(), clock.clone(), allow.clone(), settings)?);
     let (stop, stopping) = server::stop_switch();
+    let jwt = match &settings.jwt {
+        Some(j) => Some(auth::JwtVerifier::load(j.clone()).await?),
+        None => None,
+    };
+    let authenticator =
+        auth::Authenticator::new(store.clone(), store.hub().clone(), clock, settings.bootstrap_token.as_deref(), jwt);
+    // `build` cannot know the listen address: `serve` resolves `auto`
+    // against it first; what is left of `auto` here (tests, benchmarks on
+    // 127.0.0.1) counts as loopback.
+    let required = settings.auth == auth::AuthMode::Required;
+    let gate = auth::Gate { required, public_ready: settings.public_ready, authenticator };
     let state = http::AppState {
         hub: store.hub().clone(),
         store: store.clone(),
         webhook_allow: allow,
         metrics: metrics.clone(),
         stopping,
+        auth: Arc::new(gate),
     };
     Ok(App { router: http::router(state), store, scanner, metrics, stop })
 }
@@ -85,6 +98,17 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     // Before the database: a bad certificate should not wait for it.
     let edge = server::Edge::from_settings(&settings)?;
+    let addr = listener.local_addr()?;
+    let mut settings = settings;
+    let required = settings.auth.required_on(addr);
+    if !required && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "authentication is OFF on a non-loopback address: anyone who can reach this port can publish, \
+             invalidate and change any dataset's policy; use --auth required and tokens"
+        );
+    }
+    settings.auth = if required { auth::AuthMode::Required } else { auth::AuthMode::Off };
     let app = build(&settings, clock).await?;
     serve_app(app, &settings, edge, listener, shutdown).await
 }
@@ -98,7 +122,8 @@ pub async fn serve_app(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    tracing::info!(addr = %listener.local_addr()?, backend = app.store.backend(), "batchgate serving");
+    let auth = if settings.auth == auth::AuthMode::Required { "required" } else { "off" };
+    tracing::info!(addr = %listener.local_addr()?, backend = app.store.backend(), auth, "batchgate serving");
     // Dropped (and so stopped) when serving ends.
     let _scans = settings.scan_interval.map(|every| AbortOnDrop(app.scanner.clone().spawn(every)));
     server::run(app.router, listener, edge, app.stop, shutdown).await

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use batchgate::auth::{AuthMode, JwtSettings};
 use batchgate::client::cli::{self as client, BatchArgs, WaitArgs};
 use batchgate::clock::SystemClock;
 use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN, DEFAULT_RETAIN};
@@ -35,6 +36,43 @@ enum Command {
     /// Block until partitions are ready: exit 0 ready, 5 timed out, 6
     /// rejected (with --fail-on-rejected), 4 service unreachable.
     Wait(WaitArgs),
+    /// Make, list or revoke API tokens, directly in the database.
+    Token(TokenArgs),
+}
+
+#[derive(Args)]
+struct TokenArgs {
+    #[command(subcommand)]
+    command: TokenCommand,
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Make a token and print it once on stdout (only its hash is kept).
+    Create {
+        #[command(flatten)]
+        db: DbArgs,
+        /// A name for the token (who holds it), e.g. team-sales.
+        #[arg(long)]
+        name: String,
+        /// read, produce:<glob>, operate:<glob> or admin; repeatable.
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+        /// Lifetime, e.g. 90d; without it the token does not expire.
+        #[arg(long)]
+        expires: Option<String>,
+    },
+    /// List tokens: name, scopes, created, expires, last used (never the secret).
+    List {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Revoke a token: it stops working at once, on every replica.
+    Revoke {
+        #[command(flatten)]
+        db: DbArgs,
+        name: String,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -92,6 +130,26 @@ struct ServeArgs {
     /// First wait before a failed webhook delivery is retried (doubling, at most 5 minutes).
     #[arg(long, env = "BATCHGATE_WEBHOOK_BACKOFF", default_value = "1s", value_parser = humantime::parse_duration)]
     webhook_backoff: Duration,
+    /// Require a token: `required`, `off`, or `auto` (off on a loopback
+    /// listen address, required on any other).
+    #[arg(long, env = "BATCHGATE_AUTH", value_enum, default_value = "auto")]
+    auth: AuthMode,
+    /// Let `/ready` answer without a token (for sensors that cannot send headers).
+    #[arg(long, env = "BATCHGATE_PUBLIC_READY")]
+    public_ready: bool,
+    /// An admin token given by the environment (for containers that cannot
+    /// run `token create` first).
+    #[arg(long, env = "BATCHGATE_BOOTSTRAP_TOKEN", hide_env_values = true)]
+    bootstrap_token: Option<String>,
+    /// Accept JWTs signed by the keys of this JWKS (a file or a URL).
+    #[arg(long, env = "BATCHGATE_JWT_JWKS")]
+    jwt_jwks: Option<String>,
+    /// The `iss` a JWT must carry.
+    #[arg(long, env = "BATCHGATE_JWT_ISSUER", requires = "jwt_jwks")]
+    jwt_issuer: Option<String>,
+    /// The `aud` a JWT must carry.
+    #[arg(long, env = "BATCHGATE_JWT_AUDIENCE", requires = "jwt_jwks")]
+    jwt_audience: Option<String>,
     /// Hosts webhooks may be sent to, comma-separated: `hooks.corp.example`,
     /// `*.corp.example`, `10.0.0.7:8080`. The host of --webhook-url is always
     /// allowed; a dataset's webhook_url elsewhere is refused.
@@ -125,6 +183,7 @@ async fn main() -> ExitCode {
         Some(Command::Batch(args)) => client::run_batch(args).await.into(),
         Some(Command::Wait(args)) => client::run_wait(args).await.into(),
         Some(Command::Migrate(args)) => report(migrate(args).await),
+        Some(Command::Token(args)) => report(token(args.command).await),
         Some(Command::Serve(args)) => report(serve(args).await),
         None => report(serve(ServeArgs::parse_from_env()).await),
     }
@@ -163,6 +222,74 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `batchgate token …`: straight on the database, for whoever holds its URL
+/// (the first admin token, or when the service is down).
+async fn token(command: TokenCommand) -> anyhow::Result<()> {
+    use batchgate::store::{SqlStore, Store};
+    let open = |db: DbArgs| async move {
+        SqlStore::connect(&db.database_url, &Default::default(), Arc::new(SystemClock)).await
+    };
+    match command {
+        TokenCommand::Create { db, name, scopes, expires } => {
+            let store = open(db).await?;
+            let lifetime = expires
+                .map(|e| batchgate::auth::tokens::parse_lifetime(&e).map_err(|m| anyhow::anyhow!("--expires: {m}")))
+                .transpose()?;
+            let now = batchgate::clock::Clock::now(&SystemClock);
+            let (secret, record) = batchgate::auth::issue_token(store.as_ref(), now, &name, &scopes, lifetime)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            store.record_audit(&[cli_audit("token.create", &record.name)]).await?;
+            eprintln!(
+                "token {:?} created (scopes: {}; expires: {}); it is shown only this once:",
+                record.name,
+                record.scopes.0.join(" "),
+                record.expires_at.map_or("never".to_owned(), |t| t.to_rfc3339())
+            );
+            println!("{secret}");
+        }
+        TokenCommand::List { db } => {
+            let store = open(db).await?;
+            let tokens = store.list_tokens().await?;
+            let when = |t: Option<chrono::DateTime<chrono::Utc>>, none: &str| {
+                t.map_or(none.to_owned(), |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+            };
+            println!("{:<24} {:<20} {:<20} {:<20} SCOPES", "NAME", "CREATED", "EXPIRES", "LAST USED");
+            for t in tokens {
+                println!(
+                    "{:<24} {:<20} {:<20} {:<20} {}",
+                    t.name,
+                    when(Some(t.created_at), ""),
+                    when(t.expires_at, "never"),
+                    when(t.last_used_at, "never"),
+                    t.scopes.0.join(" ")
+                );
+            }
+        }
+        TokenCommand::Revoke { db, name } => {
+            let store = open(db).await?;
+            anyhow::ensure!(store.revoke_token(&name).await?, "no token named {name:?}");
+            store.record_audit(&[cli_audit("token.revoke", &name)]).await?;
+            eprintln!("token {name:?} revoked");
+        }
+    }
+    Ok(())
+}
+
+/// The audit row of a token change made from the command line.
+fn cli_audit(action: &str, name: &str) -> batchgate::store::AuditEntry {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    batchgate::store::AuditEntry {
+        actor: format!("cli:{user}"),
+        request_id: "-".into(),
+        action: action.into(),
+        method: "CLI".into(),
+        path: format!("token/{name}"),
+        dataset: None,
+        status: 200,
+    }
+}
+
 impl ServeArgs {
     /// `batchgate` with no command: serve, reading the environment as `serve` would.
     fn parse_from_env() -> Self {
@@ -184,6 +311,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         scan_interval: Some(args.scan_interval).filter(|d| !d.is_zero()),
         webhook_url: args.webhook_url.filter(|u| !u.is_empty()),
         webhook_backoff: args.webhook_backoff,
+        auth: args.auth,
+        public_ready: args.public_ready,
+        bootstrap_token: args.bootstrap_token.filter(|t| !t.is_empty()),
+        jwt: args.jwt_jwks.filter(|j| !j.is_empty()).map(|jwks| JwtSettings {
+            jwks,
+            issuer: args.jwt_issuer,
+            audience: args.jwt_audience,
+        }),
         webhook_allow: args.webhook_allow,
         webhook_ca_file: args.webhook_ca_file,
         retain: Some(args.retain).filter(|d| !d.is_zero()),

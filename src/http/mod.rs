@@ -1,6 +1,7 @@
 //! HTTP: the router, its layers, and one module per resource.
 
 mod alerts;
+mod audit;
 mod batches;
 mod datasets;
 pub mod error;
@@ -12,6 +13,7 @@ mod query;
 mod ready;
 mod repairs;
 mod service;
+mod tokens;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, 
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::auth::Gate;
 use crate::changes::ChangeHub;
 use crate::domain::outbound::AllowList;
 use crate::server::Stopping;
@@ -42,6 +45,8 @@ pub const MAX_WAIT_SECONDS: f64 = 300.0;
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub hub: Arc<ChangeHub>,
+    /// Who may do what; see [`crate::auth`].
+    pub auth: Arc<Gate>,
     /// The hosts a dataset's `webhook_url` may name.
     pub webhook_allow: Arc<AllowList>,
     pub metrics: Arc<Metrics>,
@@ -57,6 +62,7 @@ pub fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
     let api = Router::new()
         .merge(alerts::router())
+        .merge(audit::router())
         .merge(batches::router())
         .merge(datasets::router())
         .merge(lineage::router())
@@ -65,11 +71,14 @@ pub fn router(state: AppState) -> Router {
         .merge(partitions::router())
         .merge(repairs::router())
         .merge(service::router())
+        .merge(tokens::router())
         .merge(crate::ui::router())
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
         // `/ready` bounds its own long-poll (`wait` ≤ MAX_WAIT_SECONDS) and is
         // the hot path: it goes without a timer.
         .merge(ready::router())
+        // Every route, before its handler: who is calling, may they.
+        .route_layer(middleware::from_fn_with_state(state.clone(), crate::auth::layer::gate))
         .with_state(state);
     // Outermost last: every response, even a panic or a timeout, passes the
     // JSON error mapping, the 5xx log and the request id.

@@ -20,6 +20,7 @@ mod repairs;
 mod retention;
 mod scans;
 mod sqlite;
+mod tokens;
 
 use std::sync::Arc;
 
@@ -34,6 +35,7 @@ pub use openlineage::{LineageEvent, Recorded};
 pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
 pub use retention::{Pruned, PRUNE_BATCH};
+pub use tokens::{AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOKENS_CHANGED};
 
 use crate::changes::{Change, ChangeHub, TaskLatest};
 use crate::clock::Clock;
@@ -212,6 +214,18 @@ pub trait Store: Send + Sync + 'static {
     /// The batches an OpenLineage run started, oldest first.
     async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>>;
 
+    /// Stores a token's hash; 409 `token_exists` when the name is taken.
+    async fn create_token(&self, token: &NewToken) -> Result<TokenRecord>;
+    /// Every token, by name (hashes included, for the caller to keep to itself).
+    async fn list_tokens(&self) -> Result<Vec<TokenRecord>>;
+    /// Deletes a token; every replica stops accepting it before this returns
+    /// (PostgreSQL: as far as the change acknowledgements reach). False when
+    /// there was none of that name.
+    async fn revoke_token(&self, name: &str) -> Result<bool>;
+    async fn find_token(&self, secret_hash: &str) -> Result<Option<TokenRecord>>;
+    async fn touch_token(&self, name: &str, at: DateTime<Utc>) -> Result<()>;
+    async fn record_audit(&self, entries: &[AuditEntry]) -> Result<()>;
+    async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>>;
     /// What the database-backed gauges of `/metrics` show now (bounded
     /// queries: one per dataset with a deadline, one on the outbox).
     async fn gauges(&self) -> Result<StoreGauges>;

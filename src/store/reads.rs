@@ -356,6 +356,34 @@ impl Store for SqlStore {
         self.do_lineage_batches(run_id).await
     }
 
+    async fn create_token(&self, token: &NewToken) -> Result<TokenRecord> {
+        self.do_create_token(token).await
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenRecord>> {
+        self.do_list_tokens().await
+    }
+
+    async fn revoke_token(&self, name: &str) -> Result<bool> {
+        self.do_revoke_token(name).await
+    }
+
+    async fn find_token(&self, secret_hash: &str) -> Result<Option<TokenRecord>> {
+        self.do_find_token(secret_hash).await
+    }
+
+    async fn touch_token(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
+        self.do_touch_token(name, at).await
+    }
+
+    async fn record_audit(&self, entries: &[AuditEntry]) -> Result<()> {
+        self.do_record_audit(entries).await
+    }
+
+    async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>> {
+        self.do_list_audit(q).await
+    }
+
     async fn gauges(&self) -> Result<StoreGauges> {
         self.do_gauges().await
     }

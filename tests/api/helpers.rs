@@ -432,3 +432,51 @@ impl Receiver {
         self.seen.lock().unwrap().len()
     }
 }
+
+impl TestApp {
+    /// Requests sent with `Authorization: Bearer <token>`.
+    pub fn with_token<'a>(&'a self, token: &str) -> Authed<'a> {
+        Authed { app: self, token: token.to_owned() }
+    }
+
+    /// Makes a token over HTTP as `admin` (the bootstrap token); returns the secret.
+    pub async fn make_token(&self, admin: &str, name: &str, scopes: &[&str]) -> String {
+        let (status, body) = self.with_token(admin).post("/v1/tokens", &json!({"name": name, "scopes": scopes})).await;
+        assert_eq!(status, StatusCode::CREATED, "token create failed: {body}");
+        body["token"].as_str().expect("token").to_owned()
+    }
+}
+
+/// A [`TestApp`] seen through one token.
+pub struct Authed<'a> {
+    pub app: &'a TestApp,
+    pub token: String,
+}
+
+impl Authed<'_> {
+    /// The raw answer (status, headers, body as text).
+    pub async fn send(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> reqwest::Response {
+        let mut req = self.app.client.request(method, format!("{}{path}", self.app.base)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        req.send().await.expect("request")
+    }
+
+    pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
+        let resp = self.send(method, path, body).await;
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        let value =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        (status, value)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.request(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        self.request(reqwest::Method::POST, path, Some(body)).await
+    }
+}

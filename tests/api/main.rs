@@ -4,6 +4,7 @@
 mod helpers;
 
 mod alerts;
+mod auth;
 mod bad_input;
 mod checks;
 mod cli;
@@ -13,6 +14,7 @@ mod crash;
 mod edge;
 mod faults;
 mod growth;
+mod jwt;
 mod lifecycle;
 mod lineage;
 mod listing;

@@ -9,11 +9,19 @@ use serde_json::Value;
 use crate::helpers::{Backend, TestApp};
 
 /// `(METHOD, /path/{param})` pairs declared by `.route(…)` calls in `src/http`.
-fn routes_in_source() -> BTreeSet<(String, String)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/http");
+pub(crate) fn routes_in_source() -> BTreeSet<(String, String)> {
+    routes_in(concat!(env!("CARGO_MANIFEST_DIR"), "/src/http"))
+}
+
+/// The same for the `.rs` files of any folder (`src/ui` for the console).
+pub(crate) fn routes_in(dir: &str) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
     for entry in std::fs::read_dir(dir).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
         for chunk in text.split(".route(").skip(1) {
             // rustfmt may break the line after `.route(`.
             let Some((path, rest)) = chunk.trim_start().strip_prefix('"').and_then(|c| c.split_once('"')) else {

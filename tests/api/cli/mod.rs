@@ -5,6 +5,7 @@
 
 mod batch;
 mod recipe;
+mod token;
 mod wait;
 
 use std::ffi::OsStr;
