@@ -79,6 +79,8 @@ pub fn router(state: AppState) -> Router {
         .merge(ready::router())
         // Every route, before its handler: who is calling, may they.
         .route_layer(middleware::from_fn_with_state(state.clone(), crate::auth::layer::gate))
+        // Outside the gate: the console's sign-in, and its session lent to its pages.
+        .layer(middleware::from_fn_with_state(state.clone(), crate::ui::session::layer))
         .with_state(state);
     // Outermost last: every response, even a panic or a timeout, passes the
     // JSON error mapping, the 5xx log and the request id.

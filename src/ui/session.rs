@@ -151,18 +151,24 @@ async fn login(app: &AppState, req: Request) -> Response {
     let actor = match app.auth.authenticator.authenticate(&token).await {
         Ok(a) => a,
         Err(crate::auth::AuthError::Unavailable(_)) => {
-            return page(&next, Some("The registry cannot check tokens right now; try again."), StatusCode::SERVICE_UNAVAILABLE)
+            return page(
+                &next,
+                Some("The registry cannot check tokens right now; try again."),
+                StatusCode::SERVICE_UNAVAILABLE,
+            )
         }
         Err(e) => return page(&next, Some(&e.to_string()), StatusCode::UNAUTHORIZED),
     };
     if let Err(needed) = actor.allows(Kind::Read, &[]) {
-        return page(&next, Some(&format!("This token cannot read the registry (it needs {needed}).")), StatusCode::FORBIDDEN);
+        return page(
+            &next,
+            Some(&format!("This token cannot read the registry (it needs {needed}).")),
+            StatusCode::FORBIDDEN,
+        );
     }
     tracing::info!(actor = %actor.name, "console login");
-    let cookie = format!(
-        "{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict{}",
-        if secure { "; Secure" } else { "" }
-    );
+    let cookie =
+        format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict{}", if secure { "; Secure" } else { "" });
     let mut resp = Redirect::to(&next).into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
