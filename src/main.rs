@@ -1,6 +1,7 @@
 //! The `batchgate` command: `serve` (the default) and `migrate` run the
-//! service; `batch …` and `wait` are clients of a running one
-//! ([`batchgate::client::cli`]).
+//! service; `batch …`, `wait` and the commands for people (`ready`,
+//! `batches`, `partitions`, `invalidate`, `repair`, `alerts`, `dataset`) are
+//! clients of a running one ([`batchgate::client`]).
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -12,6 +13,9 @@ use std::time::Duration;
 use anyhow::Context;
 use batchgate::auth::{AuthMode, JwtSettings};
 use batchgate::client::cli::{self as client, BatchArgs, WaitArgs};
+use batchgate::client::people::{
+    self, AlertsArgs, BatchesArgs, DatasetArgs, InvalidateArgs, PartitionsArgs, ReadyArgs, RepairArgs,
+};
 use batchgate::clock::SystemClock;
 use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN, DEFAULT_RETAIN};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -36,6 +40,21 @@ enum Command {
     /// Block until partitions are ready: exit 0 ready, 5 timed out, 6
     /// rejected (with --fail-on-rejected), 4 service unreachable.
     Wait(WaitArgs),
+    /// Ask once whether partitions are ready: exit 0 ready, 1 not ready (the
+    /// reason on stdout), 4 service unreachable.
+    Ready(ReadyArgs),
+    /// List batches, or show one batch's record.
+    Batches(BatchesArgs),
+    /// The partitions of a dataset, with their fitness as /ready sees it.
+    Partitions(PartitionsArgs),
+    /// Take a partition out of service until a new batch publishes it.
+    Invalidate(InvalidateArgs),
+    /// Plan a repair, or show a plan and its progress.
+    Repair(RepairArgs),
+    /// Open (or resolved) alerts.
+    Alerts(AlertsArgs),
+    /// Set a dataset's policy.
+    Dataset(DatasetArgs),
     /// Make, list or revoke API tokens, directly in the database.
     Token(TokenArgs),
 }
@@ -182,6 +201,13 @@ async fn main() -> ExitCode {
     match Cli::parse().command {
         Some(Command::Batch(args)) => client::run_batch(args).await.into(),
         Some(Command::Wait(args)) => client::run_wait(args).await.into(),
+        Some(Command::Ready(args)) => people::run_ready(args).await.into(),
+        Some(Command::Batches(args)) => people::run_batches(args).await.into(),
+        Some(Command::Partitions(args)) => people::run_partitions(args).await.into(),
+        Some(Command::Invalidate(args)) => people::run_invalidate(args).await.into(),
+        Some(Command::Repair(args)) => people::run_repair(args).await.into(),
+        Some(Command::Alerts(args)) => people::run_alerts(args).await.into(),
+        Some(Command::Dataset(args)) => people::run_dataset(args).await.into(),
         Some(Command::Migrate(args)) => report(migrate(args).await),
         Some(Command::Token(args)) => report(token(args.command).await),
         Some(Command::Serve(args)) => report(serve(args).await),

@@ -8,6 +8,7 @@ use tokio::io::AsyncReadExt;
 
 use super::{
     BatchRecord, Client, ClientError, CommitRequest, Exit, FailRequest, PartitionStats, SourceStats, StartRequest,
+    WrittenRequest,
 };
 use crate::domain::batch::BatchState;
 
@@ -86,6 +87,21 @@ pub async fn commit(client: &Client, batch_id: &str, req: &CommitRequest, output
         eprintln!("  {}", describe_check(c));
     }
     Exit::Refused
+}
+
+/// `batch written`: reports the rows written so far.
+pub async fn written(client: &Client, batch_id: &str, req: &WrittenRequest, output: Output) -> Exit {
+    match client.written(batch_id, req).await {
+        Ok(answer) => {
+            print(output, &answer.body, || {
+                let parts: Vec<String> =
+                    req.partitions.iter().map(|p| format!("{} {} rows", p.partition, p.rows_written)).collect();
+                format!("batch {batch_id} wrote {}", parts.join(", "))
+            });
+            Exit::Success
+        }
+        Err(e) => failed(&format!("cannot report rows written by batch {batch_id}"), &e),
+    }
 }
 
 /// `batch fail`: reports the failure.
@@ -172,7 +188,7 @@ impl Evidence {
 }
 
 /// Prints the answer: its JSON, or the text line `text` makes.
-fn print(output: Output, body: &Value, text: impl FnOnce() -> String) {
+pub(super) fn print(output: Output, body: &Value, text: impl FnOnce() -> String) {
     match output {
         Output::Json => println!("{body}"),
         Output::Text => println!("{}", text()),
@@ -180,7 +196,7 @@ fn print(output: Output, body: &Value, text: impl FnOnce() -> String) {
 }
 
 /// Reports a failed request on stderr and picks the exit status.
-fn failed(what: &str, e: &ClientError) -> Exit {
+pub(super) fn failed(what: &str, e: &ClientError) -> Exit {
     eprintln!("batchgate: {what}: {e}");
     Exit::for_error(e)
 }
@@ -199,7 +215,7 @@ fn published(record: &BatchRecord) -> String {
 }
 
 /// `unique_keys dt=2026-08-24: observed 97, expected 100: 3 duplicate keys`.
-fn describe_check(c: &super::CheckResult) -> String {
+pub(super) fn describe_check(c: &super::CheckResult) -> String {
     let place = c.partition.as_ref().map(|p| format!(" {p}")).unwrap_or_default();
     format!("{}{place}: observed {}, expected {}: {}", c.name, c.observed, c.expected, c.message)
 }

@@ -1,6 +1,7 @@
 //! The exit statuses of the client commands: the contract a shell script or a
-//! scheduler branches on. `1` is left to the server commands' own errors and
-//! `2` matches what clap exits with on a usage error.
+//! scheduler branches on. `1` is `batchgate ready`'s "not ready" (and the
+//! server commands' own errors); `2` matches what clap exits with on a usage
+//! error.
 
 use std::process::ExitCode;
 
@@ -14,6 +15,8 @@ pub enum Exit {
     /// 0: done: the batch started, published, failed as reported or
     /// heartbeated; or what `wait` waited for is ready.
     Success = 0,
+    /// 1: `batchgate ready`: the service answered, and it is not ready.
+    NotReady = 1,
     /// 2: invalid input: bad arguments, an unreadable statistics file, or a
     /// request the service refused as malformed (a 4xx other than 409).
     Invalid = 2,

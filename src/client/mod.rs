@@ -1,13 +1,15 @@
 //! A typed async client for a running batchgate service, and the client
 //! commands built on it (`batchgate batch …`, `batchgate wait`).
 //!
-//! The client speaks plain HTTP: batchgate is a sidecar, reached on the
-//! local host or the cluster network.
+//! The client speaks HTTP, or HTTPS (rustls, the system's root certificates)
+//! when the service sits behind a TLS proxy or listener.
 
 pub mod cli;
 pub mod commands;
 mod error;
 mod exit;
+pub mod people;
+mod table;
 mod types;
 pub mod wait;
 
@@ -60,8 +62,8 @@ impl Client {
     pub fn new(base_url: &str, token: Option<String>) -> Result<Self, ClientError> {
         let bad = |reason: &str| ClientError::BadUrl { url: base_url.to_owned(), reason: reason.to_owned() };
         let base = Url::parse(base_url).map_err(|e| bad(&e.to_string()))?;
-        if base.scheme() != "http" {
-            return Err(bad("only http:// URLs are supported"));
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(bad("give an http:// or https:// URL"));
         }
         if base.cannot_be_a_base() || base.query().is_some() || base.fragment().is_some() {
             return Err(bad("give the service's address, without query or fragment"));
@@ -115,6 +117,58 @@ impl Client {
         }
     }
 
+    /// `POST /v1/batches/{id}/written`: the rows written so far, before a
+    /// commit.
+    pub async fn written(&self, batch_id: &str, req: &WrittenRequest) -> Result<Answer<Value>, ClientError> {
+        self.send(self.request(Method::POST, &["v1", "batches", batch_id, "written"]).json(req), &[StatusCode::OK])
+            .await
+    }
+
+    /// `GET` of a JSON document at `segments`, with `query`.
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, String)],
+    ) -> Result<Answer<T>, ClientError> {
+        self.send(self.request(Method::GET, segments).query(query), &[StatusCode::OK]).await
+    }
+
+    /// `POST /v1/partitions/{dataset}/{partition}/invalidate`.
+    pub async fn invalidate(
+        &self,
+        dataset: &str,
+        partition: &str,
+        req: &InvalidateRequest,
+    ) -> Result<Answer<Value>, ClientError> {
+        let call = self.request(Method::POST, &["v1", "partitions", dataset, partition, "invalidate"]).json(req);
+        self.send(call, &[StatusCode::OK]).await
+    }
+
+    /// `POST /v1/repairs`: a repair plan.
+    pub async fn create_repair(&self, req: &RepairRequest) -> Result<Answer<Value>, ClientError> {
+        self.send(self.request(Method::POST, &["v1", "repairs"]).json(req), &[StatusCode::CREATED]).await
+    }
+
+    /// `PUT /v1/datasets/{dataset}`: replaces the dataset's policy.
+    pub async fn put_dataset(&self, dataset: &str, req: &PolicyRequest) -> Result<Answer<Value>, ClientError> {
+        let call = self.request(Method::PUT, &["v1", "datasets", dataset]).json(req);
+        self.send(call, &[StatusCode::OK, StatusCode::CREATED]).await
+    }
+
+    /// Sends `call` and decodes the answer when its status is one of `ok`.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        call: RequestBuilder,
+        ok: &[StatusCode],
+    ) -> Result<Answer<T>, ClientError> {
+        let reply = self.exchange(call).await?;
+        if ok.contains(&reply.status) {
+            reply.decode()
+        } else {
+            Err(reply.into_error())
+        }
+    }
+
     /// `POST /v1/batches/{id}/fail`: reports that the task failed.
     pub async fn fail(&self, batch_id: &str, req: &FailRequest) -> Result<Answer<BatchRecord>, ClientError> {
         let call = self.request(Method::POST, &["v1", "batches", batch_id, "fail"]).json(req);
@@ -134,6 +188,20 @@ impl Client {
         wait: Option<Duration>,
         until_rejected: bool,
     ) -> Result<Readiness, ClientError> {
+        Ok(self.ready_reply(target, wait, until_rejected).await?.0)
+    }
+
+    /// `GET /ready` once, without waiting: the answer and its body.
+    pub async fn ready_answer(&self, target: &Target) -> Result<(Readiness, Value), ClientError> {
+        self.ready_reply(target, None, false).await
+    }
+
+    async fn ready_reply(
+        &self,
+        target: &Target,
+        wait: Option<Duration>,
+        until_rejected: bool,
+    ) -> Result<(Readiness, Value), ClientError> {
         let mut url = self.url(&["ready"]);
         {
             let mut q = url.query_pairs_mut();
@@ -159,8 +227,14 @@ impl Client {
         let call = self.authorised(self.http.get(url)).timeout(timeout);
         let reply = self.exchange(call).await?;
         match (reply.status, &reply.body["ready"]) {
-            (StatusCode::OK, Value::Bool(true)) => Ok(Readiness::Ready(reply.decode()?.value)),
-            (StatusCode::NOT_FOUND, Value::Bool(false)) => Ok(Readiness::NotReady(reply.decode()?.value)),
+            (StatusCode::OK, Value::Bool(true)) => {
+                let a = reply.decode()?;
+                Ok((Readiness::Ready(a.value), a.body))
+            }
+            (StatusCode::NOT_FOUND, Value::Bool(false)) => {
+                let a = reply.decode()?;
+                Ok((Readiness::NotReady(a.value), a.body))
+            }
             _ => Err(reply.into_error()),
         }
     }
@@ -187,11 +261,11 @@ impl Client {
     async fn exchange(&self, call: RequestBuilder) -> Result<Reply, ClientError> {
         let request = call.build().map_err(|e| ClientError::BadRequest(chain(&e)))?;
         let url = request.url().clone();
-        let unreachable = |e: reqwest::Error| ClientError::Unreachable {
-            url: url.clone(),
-            // The URL is already in the message.
-            reason: chain(&e.without_url()),
-        };
+        let mut endpoint = url.clone();
+        // `wait=8.994` and the like say nothing about why it is unreachable.
+        endpoint.set_query(None);
+        let unreachable =
+            |e: reqwest::Error| ClientError::Unreachable { url: endpoint.clone(), reason: unreachable_reason(e) };
         let resp = self.http.execute(request).await.map_err(unreachable)?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(unreachable)?;
@@ -202,6 +276,24 @@ impl Client {
         })?;
         Ok(Reply { url, status, body })
     }
+}
+
+/// Why no answer came, in a few words: a timeout, or the innermost cause of
+/// a connection error ("Connection refused (os error 111)"); reqwest's outer
+/// layers ("error sending request: client error (Connect): tcp connect
+/// error") only repeat that. The URL is already in the message.
+fn unreachable_reason(e: reqwest::Error) -> String {
+    if e.is_timeout() {
+        return "no answer in time (timed out)".into();
+    }
+    if e.is_connect() {
+        let mut root: &dyn std::error::Error = &e;
+        while let Some(next) = root.source() {
+            root = next;
+        }
+        return root.to_string();
+    }
+    chain(&e.without_url())
 }
 
 /// An answer whose body is JSON.
@@ -256,10 +348,16 @@ mod tests {
 
     #[test]
     fn unusable_urls_are_refused_by_name() {
-        for url in ["localhost:8080", "https://h", "http://h/?x=1", "not a url"] {
+        for url in ["localhost:8080", "ftp://h", "http://h/?x=1", "not a url"] {
             let e = Client::new(url, None).unwrap_err();
             assert!(matches!(&e, ClientError::BadUrl { url: u, .. } if u == url), "{url}: {e}");
         }
+    }
+
+    #[test]
+    fn https_urls_are_accepted() {
+        let c = Client::new("https://gate.example/batchgate", None).unwrap();
+        assert_eq!(c.url(&["ready"]).as_str(), "https://gate.example/batchgate/ready");
     }
 
     #[test]

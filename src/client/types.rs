@@ -26,6 +26,103 @@ pub struct StartRequest {
     pub run_ref: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_seconds: Option<i64>,
+    /// Residue batches whose rows the task deleted before this start.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cleaned_batch_ids: Vec<String>,
+    /// The partitions the batch reads: its lineage.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<InputRef>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_unready_inputs: bool,
+    /// The repair plan this batch carries out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair_id: Option<i64>,
+}
+
+/// A partition a batch reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputRef {
+    pub dataset: String,
+    pub partition: String,
+}
+
+impl std::str::FromStr for InputRef {
+    type Err = String;
+
+    /// `DATASET:PARTITION`, e.g. `dwd.orders:dt=2026-08-24`. Dataset names
+    /// may hold `:`, partitions may not begin with one: the split is at the
+    /// last `:` before the partition's first `=`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let key_end = s.find('=').unwrap_or(s.len());
+        match s[..key_end].rfind(':') {
+            Some(at) if at > 0 && at + 1 < s.len() => {
+                Ok(Self { dataset: s[..at].to_owned(), partition: s[at + 1..].to_owned() })
+            }
+            _ => Err(format!("expected DATASET:PARTITION, e.g. dwd.orders:dt=2026-08-24, got {s:?}")),
+        }
+    }
+}
+
+/// `POST /v1/batches/{batch_id}/written`.
+#[derive(Debug, Clone, Serialize)]
+pub struct WrittenRequest {
+    pub partitions: Vec<WrittenPartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WrittenPartition {
+    pub partition: String,
+    pub rows_written: u64,
+}
+
+/// `POST /v1/partitions/{dataset}/{partition}/invalidate`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InvalidateRequest {
+    pub reason: String,
+}
+
+/// `POST /v1/repairs`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RepairRequest {
+    pub dataset: String,
+    pub partitions: Vec<String>,
+    pub action: String,
+    pub reason: String,
+}
+
+/// `PUT /v1/datasets/{dataset}`: the whole policy; a field left out takes
+/// its default.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PolicyRequest {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_mode: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_volume_change: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_periods: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_empty: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_partitions_per_batch: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Deadline>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Deadline {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub days_after_dt: Option<i64>,
 }
 
 /// The answer to a start.
@@ -106,6 +203,13 @@ pub struct BatchRecord {
     pub partitions: Vec<BatchPartition>,
     pub checks: Vec<CheckResult>,
     pub failure: Option<Failure>,
+}
+
+impl BatchRecord {
+    /// The checks that failed.
+    pub fn failed_checks(&self) -> impl Iterator<Item = &CheckResult> {
+        self.checks.iter().filter(|c| c.status == "fail")
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -197,12 +197,25 @@ pub fn evaluate(
         let hist = history.get(&p.partition).cloned().unwrap_or_default();
 
         // 3. rows_match_written
+        // `Some(None)`: the rows the batch accounts for exceed i64.
         let expected_rows = match policy.write_mode {
-            WriteMode::OverwritePartition | WriteMode::DeleteInsertByBatch => Some(p.rows_written),
-            WriteMode::Append => Some(hist.published_row_count.unwrap_or(0) + p.rows_written),
+            WriteMode::OverwritePartition | WriteMode::DeleteInsertByBatch => Some(Some(p.rows_written)),
+            WriteMode::Append => Some(hist.published_row_count.unwrap_or(0).checked_add(p.rows_written)),
             WriteMode::Merge => None,
         };
         match expected_rows {
+            Some(None) => b.push(
+                "rows_match_written",
+                spec,
+                json!(p.row_count),
+                Value::Null,
+                Outcome::Fail(format!(
+                    "the published {} rows plus the {} rows written exceed {} and cannot be represented",
+                    hist.published_row_count.unwrap_or(0),
+                    p.rows_written,
+                    i64::MAX
+                )),
+            ),
             None => b.push(
                 "rows_match_written",
                 spec,
@@ -212,7 +225,7 @@ pub fn evaluate(
                     "merge writes update rows in place; row_count is not derived from rows_written".into(),
                 ),
             ),
-            Some(exp) => b.push(
+            Some(Some(exp)) => b.push(
                 "rows_match_written",
                 spec,
                 json!(p.row_count),
@@ -352,15 +365,22 @@ pub fn evaluate(
             Outcome::Skipped("no source counts given".into()),
         ),
         Some(src) => {
-            let written: i64 = evidence.partitions.iter().map(|p| p.rows_written).sum();
+            // Checked: four partitions of 2^62 rows must not wrap to 0 and
+            // match an empty source.
+            let written = evidence.partitions.iter().try_fold(0i64, |sum, p| sum.checked_add(p.rows_written));
             let mut problems = Vec::new();
             let mut observed = serde_json::Map::new();
             let mut expected = serde_json::Map::new();
             if let Some(rc) = src.row_count {
                 observed.insert("rows_written".into(), json!(written));
                 expected.insert("row_count".into(), json!(rc));
-                if rc != written {
-                    problems.push(format!("source has {rc} rows, the batch wrote {written}"));
+                match written {
+                    None => problems.push(format!(
+                        "the partitions' rows_written add up to more than {} and cannot be represented",
+                        i64::MAX
+                    )),
+                    Some(w) if w != rc => problems.push(format!("source has {rc} rows, the batch wrote {w}")),
+                    Some(_) => {}
                 }
             }
             for (metric, want) in &src.metrics {
@@ -374,7 +394,11 @@ pub fn evaluate(
                 }
                 let got: f64 = reported.iter().sum();
                 observed.insert(metric.clone(), json!(got));
-                if !metrics_agree(got, *want) {
+                if !got.is_finite() || !want.is_finite() {
+                    problems.push(format!(
+                        "{metric}: the sum is too large to be represented as a finite number (source says {want})"
+                    ));
+                } else if !metrics_agree(got, *want) {
                     problems.push(format!("{metric}: partitions sum to {got}, source says {want}"));
                 }
             }
@@ -545,6 +569,43 @@ mod tests {
         ev.source = Some(SourceEvidence { row_count: Some(4), metrics: BTreeMap::new() });
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
         assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
+    }
+
+    #[test]
+    fn row_sums_that_overflow_fail_instead_of_wrapping() {
+        // Four partitions of 2^62 rows wrap to 0 in unchecked arithmetic.
+        let specs = ["dt=2026-08-24/p=1", "dt=2026-08-24/p=2", "dt=2026-08-24/p=3", "dt=2026-08-24/p=4"];
+        let mut ev = commit(specs.iter().map(|s| part(s, 1 << 62, 1 << 62)).collect());
+        ev.source = Some(SourceEvidence { row_count: Some(0), metrics: BTreeMap::new() });
+        let v = run(&DatasetPolicy::default(), &specs, &[], &ev);
+        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
+        assert!(!v.passed);
+        let check = v.checks.iter().find(|c| c.name == "source_reconciliation").unwrap();
+        assert!(check.message.contains("cannot be represented"), "{}", check.message);
+
+        let append = DatasetPolicy { write_mode: WriteMode::Append, ..Default::default() };
+        let hist = PartitionHistory { published_row_count: Some(i64::MAX), baseline: vec![] };
+        let ev = commit(vec![part("dt=2026-08-24", 1, 0)]);
+        let v = run(&append, &["dt=2026-08-24"], &[("dt=2026-08-24", hist)], &ev);
+        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Fail);
+    }
+
+    #[test]
+    fn metric_sums_that_go_infinite_fail() {
+        let parts: Vec<_> = ["dt=2026-08-24/p=1", "dt=2026-08-24/p=2"]
+            .iter()
+            .map(|s| {
+                let mut p = part(s, 1, 1);
+                p.metrics.insert("amount".into(), 1e308);
+                p
+            })
+            .collect();
+        let mut ev = commit(parts);
+        ev.source = Some(SourceEvidence { row_count: Some(2), metrics: [("amount".to_string(), 1e308)].into() });
+        let v = run(&DatasetPolicy::default(), &["dt=2026-08-24/p=1", "dt=2026-08-24/p=2"], &[], &ev);
+        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
+        let check = v.checks.iter().find(|c| c.name == "source_reconciliation").unwrap();
+        assert!(check.message.contains("too large"), "{}", check.message);
     }
 
     #[test]

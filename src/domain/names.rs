@@ -16,9 +16,46 @@ impl fmt::Display for NameError {
 
 const MAX_NAME_LEN: usize = 200;
 
+/// Characters a reader cannot see or that reorder what is seen: controls,
+/// bidirectional overrides and isolates, zero-width and other invisible
+/// format characters. `dt=2026-08-24\u{200b}` would otherwise be a
+/// look-alike of a real partition.
+pub fn is_hidden_char(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{034F}'
+                | '\u{061C}'
+                | '\u{115F}'
+                | '\u{1160}'
+                | '\u{17B4}'
+                | '\u{17B5}'
+                | '\u{180B}'..='\u{180F}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
+                | '\u{FEFF}'
+                | '\u{FFA0}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{1D173}'..='\u{1D17A}'
+                | '\u{E0000}'..='\u{E0FFF}'
+        )
+}
+
+/// `.` and `..` name a directory, not a table or a partition.
+fn is_dot_name(s: &str) -> bool {
+    s == "." || s == ".."
+}
+
 fn parse_name(kind: &str, s: &str, extra: &[char]) -> Result<String, NameError> {
     if s.is_empty() {
         return Err(NameError(format!("{kind} must not be empty")));
+    }
+    if is_dot_name(s) {
+        return Err(NameError(format!("{kind} {s:?} is a directory name, not a {kind} name")));
     }
     if s.len() > MAX_NAME_LEN {
         return Err(NameError(format!("{kind} is longer than {MAX_NAME_LEN} characters")));
@@ -76,8 +113,10 @@ const MAX_SPEC_LEN: usize = 1000;
 
 /// A Hive-style partition spec, `k=v[/k=v…]`, e.g. `dt=2026-08-24/region=cn`.
 ///
-/// Keys are `[A-Za-z0-9_]+`, values are non-empty and hold no `/`, `=`, white
-/// space or control characters; a wildcard `*` is not a partition. Keys may not
+/// Keys are `[A-Za-z0-9_]+`, values are non-empty and hold no `/`, `\\`, `=`,
+/// white space, control, bidirectional or zero-width characters
+/// ([`is_hidden_char`]), and are not `.` or `..`; a wildcard `*` is not a
+/// partition. Keys may not
 /// repeat. The spec is kept exactly as written: two specs name the same
 /// partition only when they are equal byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,8 +146,19 @@ impl PartitionSpec {
             if v.contains('*') {
                 return Err(NameError(format!("partition spec {s:?}: {k}={v} is a wildcard, not a partition")));
             }
-            if let Some(bad) = v.chars().find(|c| *c == '=' || c.is_whitespace() || c.is_control()) {
-                return Err(NameError(format!("partition spec {s:?}: value of {k:?} contains {bad:?}")));
+            if let Some(bad) = v.chars().find(|c| *c == '=' || c.is_whitespace() || is_hidden_char(*c)) {
+                return Err(NameError(format!(
+                    "partition spec {s:?}: value of {k:?} contains {bad:?} (no white space, control, bidirectional \
+                     or invisible characters)"
+                )));
+            }
+            // A path separator or a directory name would let a value climb out
+            // of its partition's directory (`..`, `..\..\x`).
+            if v.contains('\\') {
+                return Err(NameError(format!("partition spec {s:?}: value of {k:?} contains a backslash")));
+            }
+            if is_dot_name(v) {
+                return Err(NameError(format!("partition spec {s:?}: value of {k:?} is the directory name {v:?}")));
             }
             if keys.contains(&k) {
                 return Err(NameError(format!("partition spec {s:?}: key {k:?} repeats")));
@@ -203,6 +253,15 @@ mod tests {
         assert!(DatasetName::parse("").is_err());
         assert!(TaskName::parse(&"x".repeat(201)).is_err());
         assert!(TaskName::parse(&"x".repeat(200)).is_ok());
+        for dots in [".", ".."] {
+            assert!(TaskName::parse(dots).is_err(), "{dots}");
+            assert!(DatasetName::parse(dots).is_err(), "{dots}");
+        }
+        assert!(TaskName::parse("a..b").is_ok());
+        for hidden in ["a\u{200b}", "a\u{202e}b", "\u{feff}a", "a\u{0}"] {
+            assert!(TaskName::parse(hidden).is_err(), "{hidden:?}");
+            assert!(DatasetName::parse(hidden).is_err(), "{hidden:?}");
+        }
     }
 
     #[test]
@@ -215,7 +274,8 @@ mod tests {
 
     #[test]
     fn partition_specs_are_hive_style() {
-        for ok in ["dt=2026-08-24", "dt=2026-08-24/region=cn", "dt=2026-08-24/hh=01"] {
+        for ok in ["dt=2026-08-24", "dt=2026-08-24/region=cn", "dt=2026-08-24/hh=01", "v=1.5", "v=...", "city=Zürich"]
+        {
             assert_eq!(PartitionSpec::parse(ok).unwrap().as_str(), ok);
         }
         for bad in [
@@ -231,6 +291,20 @@ mod tests {
             "d t=1",
             "dt=a b",
             "dt=2026-08-24//region=cn",
+            "dt=..",
+            "dt=.",
+            "dt=2026-08-24/region=..",
+            "dt=..\\..\\x",
+            "dt=2026-08-24\u{200b}",
+            "dt=2026-08-24\u{200c}",
+            "dt=2026-08-24\u{200d}",
+            "dt=2026-08-24\u{2060}",
+            "dt=\u{feff}2026-08-24",
+            "dt=2026-08-24/region=\u{202e}nc",
+            "dt=2026-08-24/region=c\u{202a}n",
+            "dt=2026-08-24/region=c\u{2066}n\u{2069}",
+            "dt=2026-08-24/region=cn\u{0}",
+            "dt=2026-08-24/region=cn\u{1b}",
         ] {
             assert!(PartitionSpec::parse(bad).is_err(), "{bad:?} should be rejected");
         }

@@ -108,10 +108,44 @@ pub struct RunEvent {
     nominal_start: Option<Moment>,
     nominal_end: Option<Moment>,
     error_message: Option<String>,
+    /// The input datasets the intake can name: a START records them as the
+    /// batch's inputs.
+    pub inputs: Vec<Input>,
     /// The output datasets the intake can name.
     pub outputs: Vec<Output>,
     /// What could not be read, in words for whoever runs the producer.
     pub warnings: Vec<String>,
+}
+
+/// One input dataset of an event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Input {
+    /// The dataset in the registry, named as outputs are.
+    pub dataset: DatasetName,
+    /// The partitions its subset facet names, when it names some; else the
+    /// run read `dt=<dt>`.
+    partitions: Option<Vec<PartitionSpec>>,
+}
+
+impl Input {
+    fn read(i: wire::InputDataset, warnings: &mut Vec<String>) -> Result<Self, String> {
+        let name = i.name.filter(|n| !n.is_empty()).ok_or("it has no name")?;
+        let facets = i.facets.unwrap_or_default();
+        let dataset = dataset_name(&name, facets.symlinks)?;
+        let partitions = match i.input_facets.and_then(|f| f.subset) {
+            Some(subset) => subset_partitions(&dataset, subset, warnings)?,
+            None => None,
+        };
+        Ok(Self { dataset, partitions })
+    }
+
+    /// The partitions read for data date `dt`: the subset facet's, else `dt=<dt>`.
+    pub fn partitions(&self, dt: NaiveDate) -> Result<Vec<PartitionSpec>, String> {
+        match &self.partitions {
+            Some(p) => Ok(p.clone()),
+            None => Ok(vec![PartitionSpec::parse(&format!("dt={dt}")).map_err(|e| e.to_string())?]),
+        }
+    }
 }
 
 /// One output dataset of an event.
@@ -192,6 +226,13 @@ impl RunEvent {
         let nominal_start = moment("nominalStartTime", nominal.nominal_start_time);
         let nominal_end = moment("nominalEndTime", nominal.nominal_end_time);
 
+        let mut inputs = Vec::new();
+        for (i, o) in parts.inputs.unwrap_or_default().into_iter().enumerate() {
+            match Input::read(o, &mut warnings) {
+                Ok(input) => inputs.push(input),
+                Err(e) => warnings.push(format!("inputs[{i}] is not recorded as an input: {e}")),
+            }
+        }
         let mut outputs = Vec::new();
         for (i, o) in parts.outputs.unwrap_or_default().into_iter().enumerate() {
             match Output::read(o, &mut warnings) {
@@ -209,6 +250,7 @@ impl RunEvent {
             nominal_start,
             nominal_end,
             error_message: facets.error_message.and_then(|e| e.message),
+            inputs,
             outputs,
             warnings,
         })
@@ -244,12 +286,24 @@ impl RunEvent {
         if let Some(t) = self.nominal_end.and_then(|e| e.in_tz(tz)) {
             scope["business_end"] = json!(t.to_rfc3339());
         }
+        // What the run read, less the output itself (a run that reads what it
+        // rewrites is not its own upstream).
+        let mut inputs = Vec::new();
+        for input in self.inputs.iter().filter(|i| i.dataset != output.dataset) {
+            for p in input.partitions(dt)? {
+                let pair = (input.dataset.to_string(), p.as_str().to_owned());
+                if !inputs.contains(&pair) {
+                    inputs.push(pair);
+                }
+            }
+        }
         let fingerprint = json!({
             "task": task.as_str(),
             "dataset": output.dataset.as_str(),
             "dt": dt,
             "partitions": partitions.iter().map(PartitionSpec::as_str).collect::<Vec<_>>(),
             "scope": scope,
+            "inputs": inputs,
         })
         .to_string();
         Ok(StartPlan {
@@ -261,6 +315,7 @@ impl RunEvent {
             run_ref: run_id.to_owned(),
             idempotency_key: idempotency_key(run_id, &output.dataset),
             fingerprint,
+            inputs,
         })
     }
 
@@ -313,6 +368,8 @@ pub struct StartPlan {
     pub idempotency_key: String,
     /// The canonical request: the same key with another request is refused.
     pub fingerprint: String,
+    /// `(dataset, partition)` of each input the run read: the batch's lineage.
+    pub inputs: Vec<(String, String)>,
 }
 
 /// The commit a `COMPLETE` event makes for one output's batch.
@@ -440,7 +497,11 @@ fn subset_partitions(
     subset: wire::Subset,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Vec<PartitionSpec>>, String> {
-    let condition = subset.output_condition.or(subset.condition).ok_or("its subset facet has no outputCondition")?;
+    let condition = subset
+        .output_condition
+        .or(subset.input_condition)
+        .or(subset.condition)
+        .ok_or("its subset facet has no outputCondition or inputCondition")?;
     if condition.kind.as_deref() != Some("partition") {
         warnings.push(format!(
             "{dataset}: a subset condition of type {:?} names no partitions; the batch covers dt=<dt>",

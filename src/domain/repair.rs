@@ -50,8 +50,19 @@ pub fn boundary(attempts: &[Attempt], downstream_stale: bool) -> Boundary {
     }
 }
 
-/// What to do about a partition at this boundary.
-pub fn recommend(b: Boundary, mode: WriteMode) -> RepairAction {
+/// What to do to a partition at this boundary, in a plan that asks for
+/// `requested`. A rebuild replaces data that is in the table: a mode that
+/// cannot overwrite it (append, delete-insert by batch) must take the old
+/// rows out first, so it compensates; the others rebuild. Otherwise the
+/// boundary decides.
+pub fn recommend(b: Boundary, mode: WriteMode, requested: RepairAction) -> RepairAction {
+    let in_table = !matches!(b, Boundary::NeverWritten);
+    if requested == RepairAction::Rebuild && in_table {
+        return match mode {
+            WriteMode::Append | WriteMode::DeleteInsertByBatch => RepairAction::Compensate,
+            WriteMode::OverwritePartition | WriteMode::Merge => RepairAction::Rebuild,
+        };
+    }
     match b {
         Boundary::NeverWritten => RepairAction::Rebuild,
         // Rows of the failed attempt are in the table: a mode that cannot
@@ -91,9 +102,22 @@ mod tests {
 
     #[test]
     fn recommendations_follow_the_write_mode() {
-        assert_eq!(recommend(Boundary::PartiallyWritten, WriteMode::Append), RepairAction::Compensate);
-        assert_eq!(recommend(Boundary::PartiallyWritten, WriteMode::OverwritePartition), RepairAction::Rebuild);
-        assert_eq!(recommend(Boundary::CommittedUnacknowledged, WriteMode::Merge), RepairAction::Resume);
-        assert_eq!(recommend(Boundary::PublishedClean, WriteMode::Append), RepairAction::NothingToDo);
+        let resume = RepairAction::Resume;
+        assert_eq!(recommend(Boundary::PartiallyWritten, WriteMode::Append, resume), RepairAction::Compensate);
+        assert_eq!(recommend(Boundary::PartiallyWritten, WriteMode::OverwritePartition, resume), RepairAction::Rebuild);
+        assert_eq!(recommend(Boundary::CommittedUnacknowledged, WriteMode::Merge, resume), RepairAction::Resume);
+        assert_eq!(recommend(Boundary::PublishedClean, WriteMode::Append, resume), RepairAction::NothingToDo);
+    }
+
+    #[test]
+    fn a_partition_in_a_rebuild_plan_is_rebuilt_never_left_alone() {
+        let rebuild = RepairAction::Rebuild;
+        for b in [Boundary::PublishedClean, Boundary::PublishedDownstreamPending, Boundary::CommittedUnacknowledged] {
+            assert_eq!(recommend(b, WriteMode::OverwritePartition, rebuild), RepairAction::Rebuild, "{b}");
+            assert_eq!(recommend(b, WriteMode::Merge, rebuild), RepairAction::Rebuild, "{b}");
+            assert_eq!(recommend(b, WriteMode::Append, rebuild), RepairAction::Compensate, "{b}");
+            assert_eq!(recommend(b, WriteMode::DeleteInsertByBatch, rebuild), RepairAction::Compensate, "{b}");
+        }
+        assert_eq!(recommend(Boundary::NeverWritten, WriteMode::Append, rebuild), RepairAction::Rebuild);
     }
 }

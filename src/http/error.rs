@@ -73,13 +73,10 @@ pub fn payload_too_large() -> Error {
     Error::Request { status: 413, code: "payload_too_large", message: "the request body is larger than 1 MiB".into() }
 }
 
-/// Parses a request body. Exposed for the unit tests of the error mapping.
+/// Parses a request body: [`super::strict_json`] first (repeated keys, NUL,
+/// numbers beyond a double), then the typed fields.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<AppJson<T>, Error> {
-    let raw: Value = serde_json::from_slice(bytes).map_err(|e| Error::Request {
-        status: 400,
-        code: "malformed_json",
-        message: format!("the body is not valid JSON: {e}"),
-    })?;
+    let raw: Value = super::strict_json::read(bytes)?;
     let canonical = raw.to_string();
     let value = serde_path_to_error::deserialize(raw).map_err(|e| field_error(&e))?;
     Ok(AppJson { value, canonical })

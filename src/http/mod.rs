@@ -13,6 +13,8 @@ mod query;
 mod ready;
 mod repairs;
 mod service;
+mod strict_json;
+mod strict_url;
 mod tokens;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,6 +81,9 @@ pub fn router(state: AppState) -> Router {
         .merge(ready::router())
         // Every route, before its handler: who is calling, may they.
         .route_layer(middleware::from_fn_with_state(state.clone(), crate::auth::layer::gate))
+        // Outside the gate: the gate looks the batch in the path up, and a
+        // NUL must never reach the database.
+        .route_layer(middleware::from_fn(strict_url::refuse_nul))
         // Outside the gate: the console's sign-in, and its session lent to its pages.
         .layer(middleware::from_fn_with_state(state.clone(), crate::ui::session::layer))
         .with_state(state);

@@ -65,6 +65,8 @@ impl BatchOutcome {
 }
 
 async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>> {
+    // Any JSON is taken, but not a repeated key, a NUL or an infinite number.
+    super::strict_json::read(&body)?;
     let event = RunEvent::parse(&body).map_err(|e| Error::Request {
         status: 400,
         code: "malformed_json",
@@ -147,6 +149,15 @@ impl Intake<'_> {
                     continue;
                 }
             };
+            // Inputs the registry does not know (a source system's tables)
+            // are not batchgate's lineage and are left out; those it knows
+            // are recorded even when not ready: the run already read them.
+            let mut inputs = Vec::new();
+            for (dataset, partition) in &plan.inputs {
+                if self.app.store.get_dataset(dataset).await?.is_some() {
+                    inputs.push((dataset.clone(), partition.clone()));
+                }
+            }
             let started = self.app.store.start_batch(StartBatch {
                 task: plan.task,
                 dataset: plan.dataset,
@@ -160,8 +171,8 @@ impl Intake<'_> {
                 fingerprint: plan.fingerprint,
                 wildcard_partitions: Vec::new(),
                 cleaned_batch_ids: Vec::new(),
-                inputs: Vec::new(),
-                allow_unready_inputs: false,
+                allow_unready_inputs: !inputs.is_empty(),
+                inputs,
                 repair_id: None,
             });
             let what = format!("{}: no batch started", output.dataset);

@@ -55,14 +55,19 @@ impl SqlStore {
                 json!({"batch_id": b.batch_id, "state": state, "superseded_by": b.superseded_by}),
             ));
         }
+        let by = b.decision_kind.as_deref().unwrap_or("decision");
+        let how = if kind == "fail" && matches!(state, BatchState::Published | BatchState::Superseded) {
+            "its commit went through, so its data stays ready; this fail is kept in its history, and a repair \
+             plan shows the partition as committed_unacknowledged"
+                .to_owned()
+        } else if by == kind {
+            format!("by an earlier {by} with another body; repeat that {by} exactly to get its answer again")
+        } else {
+            format!("by a {by}; a {kind} can no longer change it")
+        };
         Err(Error::conflict(
             "already_decided",
-            format!(
-                "batch {} is already {} (by a {} with another body)",
-                b.batch_id,
-                state,
-                b.decision_kind.as_deref().unwrap_or("decision")
-            ),
+            format!("batch {} is already {state} ({how})", b.batch_id),
             json!({"batch_id": b.batch_id, "state": state, "decision": b.decision_kind}),
         ))
     }

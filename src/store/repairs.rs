@@ -52,9 +52,19 @@ struct Current {
 }
 
 impl Current {
-    fn fresh(&self) -> bool {
-        unfit(&self.state, self.invalidated_reason.is_some(), self.stale_upstream.is_some()).is_none()
+    /// `ready`, or why `/ready` refuses it: the one fitness rule.
+    fn fitness(&self) -> &str {
+        unfit(&self.state, self.invalidated_reason.is_some(), self.stale_upstream.is_some()).unwrap_or("ready")
     }
+
+    fn fresh(&self) -> bool {
+        self.fitness() == "ready"
+    }
+}
+
+/// A partition's fitness, `no_batch` when the registry has none.
+fn fitness(cur: &Option<Current>) -> String {
+    cur.as_ref().map_or("no_batch".to_owned(), |x| x.fitness().to_owned())
 }
 
 async fn current(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Option<Current>> {
@@ -116,7 +126,7 @@ impl SqlStore {
                     let now_at = current(&mut c, &i.dataset, &i.partition).await?;
                     inputs.push(json!({"dataset": i.dataset, "partition": i.partition, "read_version": i.version,
                         "current_version": now_at.as_ref().map_or(0, |x| x.version),
-                        "current_state": now_at.as_ref().map_or("no_batch".into(), |x| x.state.clone())}));
+                        "current_state": fitness(&now_at)}));
                 }
             }
             let scope = json!({"partition": p, "dt": cur.as_ref().map(|x| x.dt), "timezone": policy.timezone, "inputs": inputs});
@@ -171,9 +181,9 @@ impl SqlStore {
             }
             let b = boundary(&attempts, any_stale);
             let retry_boundary = json!({"state": b, "latest_batch_id": rows.first().map(|r| &r.0),
-                "recommended_action": recommend(b, policy.write_mode)});
-            partitions
-                .push(json!({"partition": p, "scope": scope, "identity": identity, "retry_boundary": retry_boundary}));
+                "recommended_action": recommend(b, policy.write_mode, r.action)});
+            partitions.push(json!({"partition": p, "state": fitness(&cur), "scope": scope, "identity": identity,
+                "retry_boundary": retry_boundary}));
         }
         let mut plan = json!({"dataset": dataset, "action": r.action, "reason": r.reason, "created_at": now,
             "partitions": partitions, "downstream": downstream.into_values().collect::<Vec<_>>()});
@@ -275,6 +285,7 @@ impl SqlStore {
             all_done &= done;
             progress.push(json!({
                 "partition": p,
+                "state": fitness(&cur),
                 "done": done,
                 "batches": linked.iter().map(|(b, s, _)| json!({"batch_id": b, "status": s})).collect::<Vec<_>>(),
                 "row_count": {"before": entry["identity"]["published"]["row_count"], "after": after_counts["row_count"], "baseline": baseline},
@@ -292,7 +303,7 @@ impl SqlStore {
             let recomputed = fresh && cur.as_ref().and_then(|x| x.published_at).is_some_and(|t| t >= created_at);
             all_done &= fresh;
             downstream.push(json!({"dataset": ds, "partition": p, "stale": !fresh, "recomputed": recomputed,
-                "state": cur.as_ref().map_or("no_batch".to_owned(), |x| x.state.clone())}));
+                "state": fitness(&cur)}));
         }
         plan["id"] = json!(id);
         plan["state"] = json!(if all_done && any_batch {

@@ -395,6 +395,14 @@ async fn every_write_leaves_an_audit_row_with_actor_and_request_id(app: TestApp)
     let batch_id = r.json::<Value>().await.unwrap()["batch_id"].as_str().unwrap().to_owned();
     let r = p.send(Method::POST, &format!("/v1/batches/{batch_id}/heartbeat"), None).await;
     note("sales-etl", "batch.heartbeat", &r);
+    let r = p
+        .send(
+            Method::POST,
+            &format!("/v1/batches/{batch_id}/written"),
+            Some(&json!({"partitions": [{"partition": PART, "rows_written": 10}]})),
+        )
+        .await;
+    note("sales-etl", "batch.written", &r);
     let r =
         p.send(Method::POST, &format!("/v1/batches/{batch_id}/commit"), Some(&crate::helpers::clean(PART, 10))).await;
     note("sales-etl", "batch.commit", &r);
@@ -414,6 +422,9 @@ async fn every_write_leaves_an_audit_row_with_actor_and_request_id(app: TestApp)
         )
         .await;
     note("sales-ops", "repair.create", &r);
+    let (m, path, event) = concrete("POST", "/api/v1/lineage", &batch_id);
+    let r = p.send(m, &path, event.as_ref()).await;
+    note("sales-etl", "openlineage.event", &r);
     // A refused write is audited too, with its status.
     let r = p.send(Method::PUT, &format!("/v1/datasets/{DATASET}"), Some(&json!({}))).await;
     note("sales-etl", "dataset.put", &r);

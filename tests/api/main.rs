@@ -5,6 +5,7 @@ mod helpers;
 
 mod alerts;
 mod auth;
+mod auth_modes;
 mod bad_input;
 mod checks;
 mod cli;
@@ -14,6 +15,7 @@ mod crash;
 mod edge;
 mod faults;
 mod growth;
+mod hostile;
 mod jwt;
 mod lifecycle;
 mod lineage;

@@ -16,6 +16,7 @@ on_both_backends!(
     repeated_events_change_nothing,
     a_complete_without_row_counts_leaves_the_batch_running,
     events_without_enough_information_are_stored_with_warnings,
+    a_starts_input_datasets_become_the_batchs_inputs,
 );
 
 const START: &str = include_str!("fixtures/openlineage/airflow_task_start.json");
@@ -219,4 +220,50 @@ async fn events_without_enough_information_are_stored_with_warnings(app: TestApp
     assert_eq!(kinds, [Some("START"), Some("START"), Some("COMPLETE"), Some("RUNNING"), None]);
     assert_eq!(events[2].2, spark);
     assert_eq!(events[4].2, empty);
+}
+
+/// The START fixture reads `warehouse.ods.orders` (no subset facet: the
+/// partition of the run's data date).
+async fn a_starts_input_datasets_become_the_batchs_inputs(app: TestApp) {
+    const UP: &str = "warehouse.ods.orders";
+    app.publish("load_orders", UP, "2026-08-24", P, 10).await;
+
+    post(&app, START).await;
+    post(&app, COMPLETE).await;
+
+    let (status, record) = app.get(&format!("/v1/batches/{BATCH}")).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    assert_eq!(record["inputs"][0]["dataset"], UP, "{record}");
+    assert_eq!(record["inputs"][0]["partition"], P);
+    assert_eq!(record["inputs"][0]["version"], 1);
+    assert_eq!(record["inputs"].as_array().unwrap().len(), 1);
+    let (status, _) = app.ready(DS, &[P]).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A new version of the input makes the output stale, as for any batch.
+    app.publish("load_orders", UP, "2026-08-24", P, 11).await;
+    let (status, ready) = app.ready(DS, &[P]).await;
+    assert_eq!((status, ready["reason"].as_str()), (StatusCode::NOT_FOUND, Some("stale_upstream")), "{ready}");
+    assert_eq!(ready["upstream"]["dataset"], UP);
+}
+
+/// An input with a partition subset facet names its partitions; an input
+/// the registry does not know is not recorded.
+#[test]
+fn input_subsets_name_the_partitions_read() {
+    use batchgate::domain::openlineage::RunEvent;
+    let mut event: Value = serde_json::from_str(START).unwrap();
+    event["inputs"] = json!([
+        {"namespace": "hive", "name": "dwd.orders", "inputFacets": {"subset": {"inputCondition": {
+            "type": "partition", "partitions": [{"dimensions": {"dt": "2026-08-23"}}, {"dimensions": {"dt": "2026-08-24"}}]}}}},
+        {"namespace": "hive", "name": "dim.region"},
+    ]);
+    let e = RunEvent::parse(event.to_string().as_bytes()).unwrap();
+    assert_eq!(e.warnings, Vec::<String>::new());
+    let plan = e.start_plan(&e.outputs[0], &Default::default()).unwrap();
+    let pairs = |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect::<Vec<_>>();
+    assert_eq!(
+        plan.inputs,
+        pairs(&[("dwd.orders", "dt=2026-08-23"), ("dwd.orders", "dt=2026-08-24"), ("dim.region", "dt=2026-08-24")])
+    );
 }

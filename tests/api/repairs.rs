@@ -61,9 +61,12 @@ async fn a_plan_classifies_each_retry_boundary(app: TestApp) {
     // committed, unacknowledged: it published, then its task reported a failure.
     let published = app.publish("t", "d.unacked", DT, P, 7).await;
     let bid = published["batch_id"].as_str().unwrap();
-    let (status, _) =
+    let (status, err) =
         app.post(&format!("/v1/batches/{bid}/fail"), &json!({"stage": "write", "category": "unknown"})).await;
     assert_eq!(status, StatusCode::CONFLICT, "the service told the task its commit is in");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(message.contains("its commit went through, so its data stays ready"), "{message}");
+    assert!(!message.contains("another body"), "{message}");
     let p = plan(&app, "d.unacked", "resume").await;
     assert_eq!(boundary(&p), ("committed_unacknowledged".into(), "resume".into()));
     assert_eq!(p["partitions"][0]["identity"]["published"]["row_count"], 7);
@@ -77,9 +80,14 @@ async fn a_plan_classifies_each_retry_boundary(app: TestApp) {
     assert_eq!(p["downstream"][0]["dataset"], "dwd.down");
     assert_eq!(p["downstream"][0]["needs_recompute"], true);
 
-    // published, clean.
+    // published, clean: nothing to resume; but a partition in a rebuild plan
+    // is rebuilt (or, where the rows cannot be overwritten, compensated).
     app.publish("t", "d.clean", DT, P, 3).await;
-    assert_eq!(boundary(&plan(&app, "d.clean", "rebuild").await), ("published_clean".into(), "nothing_to_do".into()));
+    assert_eq!(boundary(&plan(&app, "d.clean", "resume").await), ("published_clean".into(), "nothing_to_do".into()));
+    assert_eq!(boundary(&plan(&app, "d.clean", "rebuild").await), ("published_clean".into(), "rebuild".into()));
+    app.put_dataset("d.appended", &json!({"write_mode": "append"})).await;
+    app.publish("t", "d.appended", DT, P, 3).await;
+    assert_eq!(boundary(&plan(&app, "d.appended", "rebuild").await), ("published_clean".into(), "compensate".into()));
 
     let (status, err) = app
         .post("/v1/repairs", &json!({"dataset": "d.clean", "partitions": [P], "action": "pray", "reason": "x"}))
@@ -117,9 +125,17 @@ async fn a_repair_from_plan_to_complete(app: TestApp) {
     assert_eq!(part["metric_vs_source"]["status"], "pass");
     assert_eq!((part["rebuilds"].clone(), part["rebuilt_identically"].clone()), (json!(2), json!(true)));
     assert_eq!(mid["progress"]["downstream"][0]["stale"], true);
+    // The plan and /ready agree on every partition's fitness.
+    let (status, ready) = app.ready("dws.daily", &[P]).await;
+    assert_eq!((status, ready["reason"].as_str()), (StatusCode::NOT_FOUND, Some("stale_upstream")));
+    assert_eq!(mid["progress"]["downstream"][0]["state"], "stale_upstream", "{mid}");
+    assert_eq!(part["state"], "ready");
+    let (status, _) = app.ready("ods.orders", &[P]).await;
+    assert_eq!(status, StatusCode::OK);
 
     build(&app, "dws.daily", &["ods.orders"], 98, None).await;
     let (_, done) = app.get(&format!("/v1/repairs/{id}")).await;
     assert_eq!(done["state"], "complete", "{done}");
     assert_eq!(done["progress"]["downstream"][0]["recomputed"], true);
+    assert_eq!(done["progress"]["downstream"][0]["state"], "ready");
 }

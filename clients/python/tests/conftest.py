@@ -2,7 +2,8 @@
 
 The binary is ``$BATCHGATE_BIN``, else ``target/debug/batchgate`` of the
 repository (``cargo build --bin batchgate``). One service on a fresh SQLite
-registry serves the whole session; each test names its own tasks and
+registry and authentication required (``--auth required``, the bootstrap
+token ``helpers.TOKEN``) serves the whole session; each test names its own tasks and
 datasets, so tests do not see each other's batches.
 """
 
@@ -22,7 +23,7 @@ import requests
 
 from batchgate import BatchgateClient
 
-from .helpers import Names, Service
+from .helpers import TOKEN, Names, Service
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -57,10 +58,12 @@ def service() -> Iterator[Service]:
                 f"sqlite://{workdir}/r.db",
                 "--listen",
                 f"127.0.0.1:{port}",
+                "--auth",
+                "required",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "RUST_LOG": "warn"},
+            env={**os.environ, "RUST_LOG": "warn", "BATCHGATE_BOOTSTRAP_TOKEN": TOKEN},
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
@@ -88,7 +91,7 @@ def service() -> Iterator[Service]:
 
 @pytest.fixture
 def client(service: Service) -> Iterator[BatchgateClient]:
-    with BatchgateClient(service.base_url, timeout=10) as c:
+    with BatchgateClient(service.base_url, token=TOKEN, timeout=10) as c:
         yield c
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,11 @@ def bad(partition: str = PARTITION) -> list[PartitionStats]:
 
 
 MARKER = "s3://warehouse/test/_SUCCESS"
+
+#: The service runs with ``--auth required``; this is its
+#: ``BATCHGATE_BOOTSTRAP_TOKEN``, the token every test client, the Airflow
+#: connection and the OpenLineage transport send.
+TOKEN = "bgt_pytest_" + secrets.token_hex(16)
 
 
 class Service(NamedTuple):

@@ -25,7 +25,7 @@ from batchgate import (
     WaitTimeout,
 )
 
-from .helpers import DT, MARKER, PARTITION, Names, bad, good, later
+from .helpers import DT, MARKER, PARTITION, TOKEN, Names, Service, bad, good, later
 
 
 def publish(client: BatchgateClient, names: Names, rows: int = 100) -> str:
@@ -338,3 +338,101 @@ def test_an_answer_that_is_not_the_services_keeps_its_status_and_text(stand_in: 
     assert (raised.value.status, raised.value.code) == (502, "http_502")
     assert "Bad Gateway" in raised.value.message
     assert isinstance(raised.value, BatchgateError)
+
+
+def test_a_rejection_names_each_failed_check_once_with_observed_and_expected(
+    client: BatchgateClient, names: Names
+) -> None:
+    started = client.start_batch(names.task, names.dataset, DT, [PARTITION])
+
+    with pytest.raises(ChecksFailed) as raised:
+        client.commit(started.batch_id, bad(), marker=MARKER)
+
+    text = str(raised.value)
+    assert text.startswith(f"batch {started.batch_id} rejected: 1 check(s) failed\n"), text
+    assert f"  rows_match_written {PARTITION}: observed 90, expected 100: " in text, text
+    assert text.count("rows_match_written") == 1, text
+    assert text.count("rejected") == 1, text
+
+
+def test_every_start_field_reaches_the_batch(client: BatchgateClient, names: Names) -> None:
+    upstream = f"{names.dataset}_up"
+    with client.batch(
+        task=f"{names.task}_up", dataset=upstream, dt=DT, partitions=[PARTITION]
+    ) as b:
+        b.commit(good(5), marker=MARKER)
+    client.put_dataset(names.dataset, write_mode="append")
+    plan = client.create_repair(upstream, [PARTITION], "rebuild", "re-extract")
+
+    # An unready input refuses the start unless allowed.
+    with pytest.raises(Conflict) as refused:
+        client.start_batch(names.task, names.dataset, DT, [PARTITION], inputs=["no.such:dt=1"])
+    assert refused.value.code == "upstream_not_ready"
+    first = client.start_batch(
+        names.task,
+        names.dataset,
+        DT,
+        [PARTITION],
+        inputs=[("no.such", "dt=1")],
+        allow_unready_inputs=True,
+    )
+    client.written(first.batch_id, [{"partition": PARTITION, "rows_written": 3}])
+    client.fail(first.batch_id, stage="write")
+
+    with pytest.raises(Conflict) as refused:
+        client.start_batch(names.task, names.dataset, DT, [PARTITION])
+    assert refused.value.code == "cleanup_required"
+    started = client.start_batch(
+        names.task,
+        names.dataset,
+        DT,
+        [PARTITION],
+        inputs=[{"dataset": upstream, "partition": PARTITION}],
+        cleaned_batch_ids=[first.batch_id],
+        repair_id=plan["id"],
+        trigger="repair",
+    )
+    record = client.get_batch(started.batch_id).raw
+    assert [(i["dataset"], i["partition"], i["version"]) for i in record["inputs"]] == [
+        (upstream, PARTITION, 1)
+    ]
+    assert record["repair_id"] == plan["id"]
+    first_record = client.get_batch(first.batch_id).raw
+    assert first_record["allow_unready_inputs"] is True
+
+
+def test_invalidate_and_alerts(client: BatchgateClient, names: Names) -> None:
+    with client.batch(task=names.task, dataset=names.dataset, dt=DT, partitions=[PARTITION]) as b:
+        b.commit(good(5), marker=MARKER)
+    client.invalidate(names.dataset, PARTITION, "bad extract")
+    assert client.ready(names.dataset, [PARTITION]).reason == "invalidated"
+    listed = client.partitions(names.dataset)
+    assert [p["invalidated_reason"] for p in listed["items"]] == ["bad extract"]
+    assert isinstance(client.alerts(dataset=names.dataset)["items"], list)
+
+
+def test_the_service_requires_the_token_the_client_sends(service: Service, names: Names) -> None:
+    # The session's service runs with --auth required.
+    for token in (None, "bgt_not_a_token"):
+        with BatchgateClient(service.base_url, token=token, timeout=10) as stranger:
+            with pytest.raises(BatchgateError) as refused:
+                stranger.start_batch(names.task, names.dataset, DT, [PARTITION])
+            assert (refused.value.status, refused.value.code) == (401, "unauthenticated")
+    with BatchgateClient(service.base_url, token=TOKEN, timeout=10) as holder:
+        started = holder.start_batch(names.task, names.dataset, DT, [PARTITION])
+        holder.commit(started.batch_id, good(), marker=MARKER)
+        assert holder.ready(names.dataset, [PARTITION]).ready
+
+
+def test_an_admin_makes_lists_and_revokes_tokens(client: BatchgateClient, names: Names) -> None:
+    made = client.create_token(names.task, ["read"], expires_in="1d")
+    with BatchgateClient(client.base_url, token=made["token"], timeout=10) as reader:
+        assert not reader.ready(names.dataset, [PARTITION]).ready  # read: allowed
+        with pytest.raises(BatchgateError) as refused:
+            reader.start_batch(names.task, names.dataset, DT, [PARTITION])
+        assert (refused.value.status, refused.value.code) == (403, "forbidden")
+        assert names.task in [t["name"] for t in client.tokens()["items"]]
+        client.revoke_token(names.task)
+        with pytest.raises(BatchgateError) as revoked:
+            reader.ready(names.dataset, [PARTITION])
+        assert revoked.value.status == 401

@@ -15,6 +15,7 @@ use serde_json::Value;
 #[derive(Debug, Default, Deserialize)]
 pub struct Body {
     pub run: Option<Run>,
+    pub inputs: Option<Vec<InputDataset>>,
     pub outputs: Option<Vec<OutputDataset>>,
 }
 
@@ -51,6 +52,20 @@ pub struct OutputDataset {
     pub name: Option<String>,
     pub facets: Option<DatasetFacets>,
     pub output_facets: Option<OutputFacets>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InputDataset {
+    pub name: Option<String>,
+    pub facets: Option<DatasetFacets>,
+    pub input_facets: Option<InputFacets>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct InputFacets {
+    /// `InputSubsetInputDatasetFacet`: the partitions the run read.
+    pub subset: Option<Subset>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -112,6 +127,8 @@ pub struct ColumnMetrics {
 #[serde(rename_all = "camelCase")]
 pub struct Subset {
     pub output_condition: Option<Condition>,
+    /// The condition of an input's subset facet.
+    pub input_condition: Option<Condition>,
     /// The name the first published schema (`OutputSubsetOutputDatasetFacet`
     /// 1-0-0) gave the condition.
     pub condition: Option<Condition>,

@@ -4,7 +4,10 @@
 //! backends elsewhere.
 
 mod batch;
+mod parity;
+mod people;
 mod recipe;
+mod repair_example;
 mod token;
 mod wait;
 

@@ -96,3 +96,12 @@ async fn wait_retries_an_unreachable_service_then_exits_4_after_the_grace() {
     assert!((Duration::from_secs(2)..Duration::from_secs(10)).contains(&took), "gave up after {took:?}");
     r.says(&format!("cannot reach batchgate at {url}/ready")).says("; retrying in 1s\n").says("giving up after ");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_by_dataset_and_dt_waits_for_the_partition_dt() {
+    let app = sqlite_app().await;
+    app.publish("t", "d.wait", DT, PART, 10).await;
+
+    let line = format!("wait --dataset d.wait --dt {DT} --timeout 5s");
+    run(&app.base, args(&line)).await.expect(0).says("d.wait dt=2026-08-24 is ready after ");
+}

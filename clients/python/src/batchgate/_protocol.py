@@ -7,7 +7,7 @@ an exception lives here once, whichever library sent the request.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
 from .errors import (
@@ -26,6 +26,25 @@ MAX_WAIT_SECONDS = 300.0
 
 DateLike = Union[str, datetime.date]
 QueryParams = list[tuple[str, str]]
+#: A partition a batch reads: ``{"dataset", "partition"}``, a ``(dataset,
+#: partition)`` pair, or ``"dataset:partition"``.
+InputLike = Union[Mapping[str, Any], tuple[str, str], str]
+
+
+def input_ref(value: InputLike) -> dict[str, str]:
+    """An input as the service takes it, ``{"dataset", "partition"}``."""
+    if isinstance(value, str):
+        # Dataset names may hold ":", partitions may not begin with one: split
+        # at the last ":" before the partition's first "=".
+        key_end = value.find("=")
+        at = value.rfind(":", 0, key_end if key_end >= 0 else len(value))
+        if at <= 0 or at + 1 >= len(value):
+            raise ValueError(f"expected 'dataset:partition', got {value!r}")
+        return {"dataset": value[:at], "partition": value[at + 1 :]}
+    if isinstance(value, tuple):
+        dataset, partition = value
+        return {"dataset": str(dataset), "partition": str(partition)}
+    return {"dataset": str(value["dataset"]), "partition": str(value["partition"])}
 
 
 def format_dt(dt: DateLike) -> str:

@@ -14,10 +14,12 @@ import requests
 from ._protocol import (
     MAX_WAIT_SECONDS,
     DateLike,
+    InputLike,
     QueryParams,
     bearer_headers,
     error_from_response,
     format_dt,
+    input_ref,
     readiness_from_response,
     ready_params,
     transport_error,
@@ -101,6 +103,10 @@ class BatchgateClient:
         run_ref: str | None = None,
         lease_seconds: int | None = None,
         idempotency_key: str | None = None,
+        inputs: Sequence[InputLike] | None = None,
+        allow_unready_inputs: bool = False,
+        cleaned_batch_ids: Sequence[str] | None = None,
+        repair_id: int | None = None,
     ) -> StartedBatch:
         """Starts one attempt of ``task`` to write ``partitions`` of ``dataset`` for ``dt``.
 
@@ -108,6 +114,16 @@ class BatchgateClient:
         writing. Raises :class:`BatchInProgress` when another batch holds a
         live lease on one of the partitions. With ``idempotency_key`` a retried
         start returns the same batch instead of starting a second one.
+
+        ``inputs`` are the partitions the batch reads, each
+        ``{"dataset": ..., "partition": ...}``, a ``(dataset, partition)``
+        pair or ``"dataset:partition"``: recorded with their current versions,
+        they give lineage, staleness and repairs. An input that is not ready
+        refuses the start (:class:`Conflict` ``upstream_not_ready``) unless
+        ``allow_unready_inputs``. ``cleaned_batch_ids`` names the residue
+        batches whose rows the task deleted (an ``append`` dataset refuses a
+        start over residue with ``cleanup_required`` until all are named).
+        ``repair_id`` ties the batch to a repair plan (:meth:`create_repair`).
         """
         body: dict[str, Any] = {
             "task": task,
@@ -120,6 +136,10 @@ class BatchgateClient:
             "trigger": trigger,
             "run_ref": run_ref,
             "lease_seconds": lease_seconds,
+            "inputs": [input_ref(i) for i in inputs] if inputs else None,
+            "allow_unready_inputs": True if allow_unready_inputs else None,
+            "cleaned_batch_ids": list(cleaned_batch_ids) if cleaned_batch_ids else None,
+            "repair_id": repair_id,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
@@ -170,6 +190,12 @@ class BatchgateClient:
                 details=error.get("details") or {},
             )
         raise error_from_response(status, answer, "")
+
+    def written(self, batch_id: str, partitions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Reports the rows written so far, ``[{"partition", "rows_written"}]``, before a commit."""
+        body = {"partitions": [dict(p) for p in partitions]}
+        _, answer = self._call("POST", f"/v1/batches/{_segment(batch_id)}/written", json=body)
+        return dict(answer)
 
     def fail(
         self,
@@ -244,6 +270,10 @@ class BatchgateClient:
         run_ref: str | None = None,
         lease_seconds: int | None = None,
         idempotency_key: str | None = None,
+        inputs: Sequence[InputLike] | None = None,
+        allow_unready_inputs: bool = False,
+        cleaned_batch_ids: Sequence[str] | None = None,
+        repair_id: int | None = None,
         heartbeat_interval: float | None = None,
     ) -> BatchRun:
         """A batch as a ``with`` block: start, heartbeat while the body runs, fail on error.
@@ -261,6 +291,7 @@ class BatchgateClient:
         category from a :class:`BatchFailed`, else ``write``/``unknown``) and
         the exception propagates. If the body ends without ``b.commit(...)``
         the batch is reported failed and :class:`BatchNotCommitted` is raised.
+        The other arguments are those of :meth:`start_batch`.
         """
         return BatchRun(
             self,
@@ -274,9 +305,150 @@ class BatchgateClient:
                 run_ref=run_ref,
                 lease_seconds=lease_seconds,
                 idempotency_key=idempotency_key,
+                inputs=inputs,
+                allow_unready_inputs=allow_unready_inputs,
+                cleaned_batch_ids=cleaned_batch_ids,
+                repair_id=repair_id,
             ),
             heartbeat_interval=heartbeat_interval,
         )
+
+    # -- partitions, repairs, alerts, policies ----------------------------
+
+    def partitions(
+        self,
+        dataset: str,
+        *,
+        from_dt: DateLike | None = None,
+        to_dt: DateLike | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of a dataset's partitions with their standing (``items``, ``next_cursor``)."""
+        filters = {
+            "dataset": dataset,
+            "from": format_dt(from_dt) if from_dt is not None else None,
+            "to": format_dt(to_dt) if to_dt is not None else None,
+            "limit": str(limit) if limit is not None else None,
+            "cursor": cursor,
+        }
+        params = [(k, v) for k, v in filters.items() if v is not None]
+        _, answer = self._call("GET", "/v1/partitions", params=params)
+        return dict(answer)
+
+    def invalidate(self, dataset: str, partition: str, reason: str) -> dict[str, Any]:
+        """Takes a partition out of service (``/ready`` answers ``invalidated``) until a
+        new batch publishes it; downstream partitions built on it become stale."""
+        path = f"/v1/partitions/{_segment(dataset)}/{_segment(partition)}/invalidate"
+        _, answer = self._call("POST", path, json={"reason": reason})
+        return dict(answer)
+
+    def create_repair(
+        self, dataset: str, partitions: Sequence[str], action: str, reason: str
+    ) -> dict[str, Any]:
+        """Plans a repair (``action`` ``rebuild``, ``resume`` or ``compensate``); returns the
+        plan with its ``id``. Start the repairing batches with ``repair_id=plan["id"]``."""
+        body = {
+            "dataset": dataset,
+            "partitions": list(partitions),
+            "action": action,
+            "reason": reason,
+        }
+        _, answer = self._call("POST", "/v1/repairs", json=body, ok=(201,))
+        return dict(answer)
+
+    def get_repair(self, repair_id: int) -> dict[str, Any]:
+        """A repair plan with its progress; ``state`` is ``planned``, ``in_progress`` or
+        ``complete``."""
+        _, answer = self._call("GET", f"/v1/repairs/{int(repair_id)}")
+        return dict(answer)
+
+    def alerts(
+        self,
+        *,
+        state: str | None = None,
+        dataset: str | None = None,
+        severity: str | None = None,
+        kind: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of alerts (``items``, ``next_cursor``), open ones unless ``state`` says."""
+        filters = {
+            "state": state,
+            "dataset": dataset,
+            "severity": severity,
+            "kind": kind,
+            "limit": str(limit) if limit is not None else None,
+            "cursor": cursor,
+        }
+        params = [(k, v) for k, v in filters.items() if v is not None]
+        _, answer = self._call("GET", "/v1/alerts", params=params)
+        return dict(answer)
+
+    def put_dataset(
+        self,
+        dataset: str,
+        *,
+        tier: str | None = None,
+        write_mode: str | None = None,
+        unique_key: Sequence[str] | None = None,
+        timezone: str | None = None,
+        max_volume_change: float | None = None,
+        baseline_periods: int | None = None,
+        allow_empty: bool | None = None,
+        owner: str | None = None,
+        max_partitions_per_batch: int | None = None,
+        deadline: Mapping[str, Any] | None = None,
+        webhook_url: str | None = None,
+    ) -> dict[str, Any]:
+        """Replaces a dataset's policy; an argument left out takes its default.
+
+        ``deadline`` is ``{"time": "06:00", "days_after_dt": 1}``.
+        """
+        fields = {
+            "tier": tier,
+            "write_mode": write_mode,
+            "unique_key": list(unique_key) if unique_key is not None else None,
+            "timezone": timezone,
+            "max_volume_change": max_volume_change,
+            "baseline_periods": baseline_periods,
+            "allow_empty": allow_empty,
+            "owner": owner,
+            "max_partitions_per_batch": max_partitions_per_batch,
+            "deadline": dict(deadline) if deadline is not None else None,
+            "webhook_url": webhook_url,
+        }
+        body = {k: v for k, v in fields.items() if v is not None}
+        _, answer = self._call("PUT", f"/v1/datasets/{_segment(dataset)}", json=body, ok=(200, 201))
+        return dict(answer)
+
+    # -- tokens (admin) ---------------------------------------------------
+
+    def create_token(
+        self, name: str, scopes: Sequence[str], *, expires_in: str | None = None
+    ) -> dict[str, Any]:
+        """Makes an API token (``admin``); the answer's ``token`` is the secret, shown once.
+
+        ``scopes`` are ``read``, ``produce:<glob>``, ``operate:<glob>`` or ``admin``;
+        ``expires_in`` a lifetime such as ``90d``.
+        """
+        body: dict[str, Any] = {"name": name, "scopes": list(scopes)}
+        if expires_in is not None:
+            body["expires_in"] = expires_in
+        _, answer = self._call("POST", "/v1/tokens", json=body, ok=(201,))
+        return dict(answer)
+
+    def tokens(self) -> dict[str, Any]:
+        """The tokens (name, scopes, created, expires, last used; never the secret)."""
+        _, answer = self._call("GET", "/v1/tokens")
+        return dict(answer)
+
+    def revoke_token(self, name: str) -> None:
+        """Revokes a token: it stops working at once, on every replica."""
+        status, body = self._send("DELETE", f"/v1/tokens/{_segment(name)}")
+        if status != 204:
+            raise error_from_response(status, body, "")
 
     # -- readiness --------------------------------------------------------
 
@@ -395,6 +567,8 @@ class BatchgateClient:
             )
         except requests.RequestException as e:
             raise transport_error(e, f"{method} {url}") from e
+        if response.status_code == 204:
+            return 204, None
         try:
             body = response.json()
         except ValueError:

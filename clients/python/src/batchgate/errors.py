@@ -7,6 +7,7 @@ the stable ``code`` rather than on message text.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -93,11 +94,22 @@ class ChecksFailed(BatchgateError):
         return [c for c in self.batch.checks if c.status == "fail"]
 
     def __str__(self) -> str:
-        failed = ", ".join(
-            c.name if c.partition is None else f"{c.name}[{c.partition}]"
-            for c in self.failed_checks
-        )
-        return f"batch {self.batch.batch_id} rejected: {self.message} (failed: {failed})"
+        # The failed checks, once each, with what was observed and expected;
+        # the service's message says the same in other words.
+        failed = self.failed_checks
+        lines = [f"batch {self.batch.batch_id} rejected: {len(failed)} check(s) failed"]
+        for c in failed:
+            place = f" {c.partition}" if c.partition is not None else ""
+            lines.append(
+                f"  {c.name}{place}: observed {_show(c.observed)}, "
+                f"expected {_show(c.expected)}: {c.message}"
+            )
+        return "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    """A check's observed or expected value as JSON would show it."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 class BatchFailed(Exception):

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from ..helpers import DT, Service, later
+from ..helpers import DT, TOKEN, Service, later
 from .lineage_recorder import LineageRecorder
 
 HOME = Path(tempfile.mkdtemp(prefix="batchgate-airflow-"))
@@ -59,8 +59,14 @@ os.environ.update(
                 },
             ]
         ),
+        # The service requires a token: the transport sends it as a bearer.
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
-            {"type": "http", "url": LINEAGE.url, "endpoint": "api/v1/lineage"}
+            {
+                "type": "http",
+                "url": LINEAGE.url,
+                "endpoint": "api/v1/lineage",
+                "auth": {"type": "api_key", "apiKey": TOKEN},
+            }
         ),
     }
 )
@@ -188,7 +194,8 @@ def airflow(service: Service) -> Airflow:
     if migrate.returncode != 0:
         pytest.fail(f"airflow db migrate failed:\n{migrate.stdout}\n{migrate.stderr}")
     # Read by Airflow at each connection lookup, so it may be set after import.
-    os.environ["AIRFLOW_CONN_BATCHGATE_DEFAULT"] = f"batchgate://127.0.0.1:{service.port}"
+    # The connection's password is the token.
+    os.environ["AIRFLOW_CONN_BATCHGATE_DEFAULT"] = f"batchgate://:{TOKEN}@127.0.0.1:{service.port}"
     return Airflow(_load_dags())
 
 

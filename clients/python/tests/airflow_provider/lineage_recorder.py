@@ -3,7 +3,8 @@
 The OpenLineage client does not read the answers it gets and batchgate has no
 endpoint that lists the events it stored, so the tests put this recorder in
 front of the real service: every body the provider posts is forwarded as is
-to ``{upstream}{path}`` and kept with the status and answer batchgate gave.
+to ``{upstream}{path}`` (with the provider's ``Authorization`` header) and
+kept with the status and answer batchgate gave.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class LineageRecorder:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                status, out = recorder._forward(self.path, raw)
+                status, out = recorder._forward(self.path, raw, self.headers.get("Authorization"))
                 try:
                     answer: Any = json.loads(out) if out else None
                 except ValueError:
@@ -70,14 +71,15 @@ class LineageRecorder:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_port}"
 
-    def _forward(self, path: str, raw: bytes) -> tuple[int, bytes]:
+    def _forward(self, path: str, raw: bytes, authorization: str | None) -> tuple[int, bytes]:
         if self.upstream is None:
             return 503, b'{"error": "no upstream batchgate yet"}'
+        # The provider's own credentials go through: the service checks them.
+        headers = {"Content-Type": "application/json"}
+        if authorization is not None:
+            headers["Authorization"] = authorization
         request = urllib.request.Request(
-            self.upstream + path,
-            data=raw,
-            headers={"Content-Type": "application/json"},
-            method="POST",
+            self.upstream + path, data=raw, headers=headers, method="POST"
         )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
