@@ -96,8 +96,11 @@ pub const RULES: &[Rule] = &[
     rule("POST", "/v1/tokens", "token.create", Need::Admin),
     rule("DELETE", "/v1/tokens/{name}", "token.revoke", Need::Admin),
     // The console (src/ui): read-only pages. With auth required they need a
-    // `read` bearer until the console brings its own sign-in.
+    // `read` bearer, which the console's sign-in lends them from its session
+    // cookie (`ui::session`; its `POST /ui/login` and `POST /ui/logout` are
+    // answered there, before routing, and write nothing to the registry).
     rule("GET", "/ui", "console.redirect", Need::Public),
+    rule("GET", "/ui/login", "console.login", Need::Public),
     rule("GET", "/ui/static/*", "console.asset", Need::Public),
     rule("GET", "/ui/*", "console.page", Need::Read),
 ];
@@ -138,6 +141,7 @@ mod tests {
         assert_eq!(rule_for("GET", "/ui/static/console.css").unwrap().need, Need::Public);
         assert_eq!(rule_for("GET", "/ui/datasets/{dataset}").unwrap().need, Need::Read);
         assert_eq!(rule_for("GET", "/ui").unwrap().need, Need::Public);
+        assert_eq!(rule_for("GET", "/ui/login").unwrap().need, Need::Public);
         assert!(rule_for("POST", "/ui/datasets").is_none(), "a method without a rule is refused");
     }
 

@@ -84,6 +84,8 @@ pub fn router(state: AppState) -> Router {
         // Outside the gate: the gate looks the batch in the path up, and a
         // NUL must never reach the database.
         .route_layer(middleware::from_fn(strict_url::refuse_nul))
+        // Outside the gate: the console's sign-in, and its session lent to its pages.
+        .layer(middleware::from_fn_with_state(state.clone(), crate::ui::session::layer))
         .with_state(state);
     // Outermost last: every response, even a panic or a timeout, passes the
     // JSON error mapping, the 5xx log and the request id.

@@ -14,6 +14,7 @@ mod lineage;
 mod overview;
 mod repairs;
 mod search;
+pub mod session;
 mod svg;
 
 use axum::http::{header, HeaderValue, StatusCode};
@@ -48,6 +49,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/repairs", get(repairs::index))
         .route("/ui/repairs/{id}", get(repairs::page))
         .route("/ui/search", get(search::search))
+        .route("/ui/login", get(session::form))
         .route("/ui/static/console.css", get(|| async { asset("text/css; charset=utf-8", CSS) }))
         .route("/ui/static/console.js", get(|| async { asset("text/javascript; charset=utf-8", JS) }))
 }
@@ -117,6 +119,9 @@ pub(crate) fn layout(title: &str, section: Section, body: Markup) -> Page {
                     form.search action="/ui/search" method="get" role="search" {
                         input #q type="search" name="q" placeholder="Dataset, task or batch id" aria-label="Search by dataset, task or batch id" autocomplete="off";
                         kbd title="Press / to search" { "/" }
+                    }
+                    @if session::signed_in() {
+                        form.logout action="/ui/logout" method="post" { button type="submit" { "Log out" } }
                     }
                 }
                 main #main tabindex="-1" { (body) }

@@ -67,9 +67,10 @@ const EXPECTED: &[(&str, &str, Who)] = &[
     ("POST", "/v1/tokens", Who::Admins),
     ("DELETE", "/v1/tokens/{name}", Who::Admins),
     ("GET", "/metrics", Who::Readers),
-    // The console: pages need `read` until it has a sign-in of its own.
+    // The console: pages need `read` (lent by its sign-in's session cookie).
     ("GET", "/", Who::Anyone),
     ("GET", "/ui", Who::Anyone),
+    ("GET", "/ui/login", Who::Anyone),
     ("GET", "/ui/", Who::Readers),
     ("GET", "/ui/datasets", Who::Readers),
     ("GET", "/ui/datasets/{dataset}", Who::Readers),
@@ -181,10 +182,15 @@ async fn each_scope_allows_what_it_should_and_refuses_the_rest(app: TestApp) {
             let resp = req.send().await.unwrap();
             let status = resp.status();
             let challenge = resp.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_owned());
+            let location = resp.headers().get("location").map(|v| v.to_str().unwrap().to_owned());
             let text = resp.text().await.unwrap();
             let what = format!("{label} → {method} {path}: {status} {text}");
             if allowed {
                 assert!(status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN, "should pass: {what}");
+            } else if token.is_none() && route.starts_with("/ui/") {
+                // A console page sends a person without a session to its login form.
+                assert_eq!(status, StatusCode::SEE_OTHER, "{what}");
+                assert!(location.as_deref().is_some_and(|l| l.starts_with("/ui/login?next=")), "{what}");
             } else if token.is_none() {
                 assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}");
                 assert_eq!(challenge.as_deref(), Some("Bearer"), "{what}");

@@ -203,3 +203,73 @@ async fn unknown_things_are_html_404s(app: TestApp) {
     let (status, body) = app.get("/v1/batches/nope-20260824-001").await;
     assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("batch_not_found")));
 }
+
+/// With auth on: a token once on the login form, then a session cookie
+/// (HttpOnly, SameSite=Strict) that the pages accept and the API does not.
+async fn the_console_signs_in_with_a_token_once(app: TestApp) {
+    let reader = app.make_token(crate::auth::BOOT, "console-reader", &["read"]).await;
+    let producer = app.make_token(crate::auth::BOOT, "loader", &["produce:ods.*"]).await;
+    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let url = |p: &str| format!("{}{p}", app.base);
+
+    // No session: to the login form, remembering the page.
+    let r = plain.get(url("/ui/alerts?state=open")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/ui/login?next=%2Fui%2Falerts%3Fstate%3Dopen");
+    let r = plain.get(url("/ui/login?next=/ui/alerts")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.text().await.unwrap().contains(r#"type="password" name="token""#));
+
+    let login = |token: &str, next: &str| plain.post(url("/ui/login")).form(&[("token", token), ("next", next)]).send();
+    // Wrong, and not allowed to read: the form again, saying why.
+    let r = login("bgt_nope", "/ui/").await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(r.text().await.unwrap().contains("unknown or revoked token"));
+    let r = login(&producer, "/ui/").await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert!(r.headers().get("set-cookie").is_none());
+
+    // Right: a session cookie, and back to the page (never off-site).
+    let r = login(&reader, "https://evil.example/").await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/ui/");
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/ui"), "{set}");
+    assert!(!set.contains("Max-Age") && !set.contains("Expires"), "a session cookie: {set}");
+    let cookie = set.split(';').next().unwrap().to_owned();
+
+    let r = plain.get(url("/ui/alerts")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("<h1>Alerts</h1>") && body.contains("Log out"));
+    assert!(!body.contains(&reader), "the page never shows the token");
+    // The cookie is the console's only: the API wants the header.
+    let r = plain.get(url("/v1/alerts")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+
+    // Revoked: the next page sends the person to log in again.
+    let (status, _) =
+        app.with_token(crate::auth::BOOT).request(reqwest::Method::DELETE, "/v1/tokens/console-reader", None).await;
+    assert!(status.is_success(), "{status}");
+    let r = plain.get(url("/ui/alerts")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(r.headers()["location"].to_str().unwrap().starts_with("/ui/login"));
+}
+
+mod signed_in {
+    use crate::helpers::Backend;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_the_console_signs_in_with_a_token_once() {
+        if let Some(app) = crate::auth::secured(Backend::Sqlite).await {
+            super::the_console_signs_in_with_a_token_once(app).await
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_the_console_signs_in_with_a_token_once() {
+        if let Some(app) = crate::auth::secured(Backend::Postgres).await {
+            super::the_console_signs_in_with_a_token_once(app).await
+        }
+    }
+}
