@@ -118,6 +118,17 @@ fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> Error {
 /// Gives a JSON error body to error responses that did not come from a
 /// handler (unknown route, wrong method, body limit, timeout).
 pub async fn json_errors(resp: Response) -> Response {
+    let mut out = with_json_body(resp);
+    // A refused oversized body is left unread on the connection: say that the
+    // connection closes, so that a client does not send its next request on
+    // it and see a reset instead of an answer.
+    if out.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        out.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    }
+    out
+}
+
+fn with_json_body(resp: Response) -> Response {
     let status = resp.status();
     let is_json = resp
         .headers()
