@@ -16,6 +16,7 @@ on_both_backends!(
     row_sums_past_i64_fail_the_check_instead_of_wrapping,
     metric_sums_past_a_double_fail_the_check_and_infinite_numbers_are_refused,
     dot_bidi_and_zero_width_names_are_refused,
+    metrics_near_the_largest_double_are_stored_and_read_back,
 );
 
 const UNPROC: StatusCode = StatusCode::UNPROCESSABLE_ENTITY;
@@ -238,4 +239,22 @@ async fn dot_bidi_and_zero_width_names_are_refused(app: TestApp) {
         assert_eq!((status, resp["error"]["details"]["field"].as_str()), (UNPROC, Some("dataset")), "{resp}");
     }
     assert_eq!(snapshot(&app).await, before);
+}
+
+/// Found by schemathesis on PostgreSQL: jsonb prints -1.7976931348623155e308
+/// as 309 digits, which a parser without correct rounding reads back as out
+/// of range (a 500 when the alert for the rejection was read).
+async fn metrics_near_the_largest_double_are_stored_and_read_back(app: TestApp) {
+    let id = app.start_ok("t", "d.x", "2026-08-24", &["dt=2026-08-24"]).await;
+    let body = r#"{"marker": "m", "partitions": [{"partition": "dt=2026-08-24", "rows_written": 1, "row_count": 1,
+        "distinct_keys": 1, "null_keys": 0, "metrics": {"amount": -1.7976931348623155e308}}],
+        "source": {"row_count": 0, "metrics": {"amount": 1.7976931348623157e308}}}"#;
+    let (status, record) = app.post_raw(&format!("/v1/batches/{id}/commit"), body).await;
+    assert_eq!(status, UNPROC, "{record}");
+    assert_eq!(record["state"], "rejected", "{record}");
+    let (status, again) = app.get(&format!("/v1/batches/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["partitions"][0]["metrics"]["amount"].as_f64(), Some(-1.7976931348623155e308), "{again}");
+    let (status, alerts) = app.get("/v1/alerts").await;
+    assert_eq!(status, StatusCode::OK, "{alerts}");
 }
