@@ -170,6 +170,10 @@ impl TestApp {
             scan_interval: None,
             webhook_url: webhook_url.clone(),
             webhook_backoff: Duration::from_secs(1),
+            // Many instances share two cores while the suite runs: the 2 s
+            // production default would turn a busy machine into 503s. The
+            // outage tests run the binary with their own `--db-timeout`.
+            db_timeout: Duration::from_secs(10),
             ..Settings::default()
         };
         if let Some(tweak) = &tweak {
