@@ -11,7 +11,7 @@ use super::cli::{ServiceArgs, TargetArgs};
 use super::commands::{failed, print, Output};
 use super::table::{cell, Table};
 use super::{Client, Deadline, Exit, InvalidateRequest, PolicyRequest, Readiness, RepairRequest, Target};
-use crate::domain::readiness::unfit;
+use crate::domain::readiness::{self, PartitionState, Standing};
 
 fn output(json: bool) -> Output {
     if json {
@@ -317,12 +317,14 @@ pub async fn run_partitions(args: PartitionsArgs) -> Exit {
 }
 
 /// A partition's fitness as `/ready` judges it (the one rule,
-/// [`unfit`]): `ready`, or why not.
-fn fitness(p: &Value) -> &str {
-    let state = p["state"].as_str().unwrap_or("unknown");
+/// [`readiness::fitness`]): `ready`, or why not.
+fn fitness(p: &Value) -> &'static str {
+    let Some(state) = p["state"].as_str().and_then(|s| s.parse::<PartitionState>().ok()) else {
+        return "unknown";
+    };
     let invalidated = !p["invalidated_reason"].is_null();
-    let stale = !p["stale_upstream"].is_null();
-    unfit(state, invalidated, stale).unwrap_or("ready")
+    let stale_upstream = !p["stale_upstream"].is_null();
+    readiness::fitness(Some(Standing { state, invalidated, stale_upstream })).as_str()
 }
 
 /// `batchgate invalidate`.

@@ -3,6 +3,7 @@
 use super::batch::{FailCategory, FailStage};
 use super::checks::CheckStatus;
 use super::policy::{string_enum, Tier};
+use super::readiness::Fitness;
 
 string_enum! {
     AlertKind { Rejected = "rejected", Failed = "failed", Abandoned = "abandoned", DeadlineMissed = "deadline_missed", StaleDownstream = "stale_downstream" }
@@ -82,12 +83,20 @@ pub fn for_abandoned() -> Advice {
     Advice { action: Action::CleanResidueThenRerun, owner: OwnerOf::Dataset, retryable: true }
 }
 
-/// A missed deadline, from the state of the partition that holds it up.
-pub fn for_deadline(blocking_state: &str) -> Advice {
-    match blocking_state {
-        "running" => Advice { action: Action::WaitForRetry, owner: OwnerOf::Dataset, retryable: true },
-        _ => Advice { action: Action::CleanResidueThenRerun, owner: OwnerOf::Dataset, retryable: true },
-    }
+/// A missed deadline, from the fitness of the partition that holds it up.
+pub fn for_deadline(blocking: Fitness) -> Advice {
+    let action = match blocking {
+        Fitness::Running => Action::WaitForRetry,
+        // The data is in and checked; what it was built from has moved on.
+        Fitness::StaleUpstream => Action::RecomputeDownstream,
+        Fitness::NoBatch
+        | Fitness::Rejected
+        | Fitness::Failed
+        | Fitness::Abandoned
+        | Fitness::Invalidated
+        | Fitness::Ready => Action::CleanResidueThenRerun,
+    };
+    Advice { action, owner: OwnerOf::Dataset, retryable: true }
 }
 
 #[cfg(test)]
@@ -118,6 +127,14 @@ mod tests {
             Action::FixSourceData
         );
         assert_eq!(for_rejection([("null_keys", CheckStatus::Fail)]).owner, OwnerOf::Upstream);
+    }
+
+    #[test]
+    fn a_deadline_advice_follows_what_holds_the_date_up() {
+        assert_eq!(for_deadline(Fitness::Running).action, Action::WaitForRetry);
+        assert_eq!(for_deadline(Fitness::StaleUpstream).action, Action::RecomputeDownstream);
+        assert_eq!(for_deadline(Fitness::Rejected).action, Action::CleanResidueThenRerun);
+        assert_eq!(for_deadline(Fitness::Invalidated).action, Action::CleanResidueThenRerun);
     }
 
     #[test]

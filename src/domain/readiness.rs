@@ -36,18 +36,53 @@ pub fn partition_state(latest_touching: Option<BatchState>, has_published: bool)
     }
 }
 
-/// Why a partition is not fit to read, or `None` when it is: its latest
-/// batch's state first (`running`, `rejected`, …), then an invalidation, then
-/// upstream data that has moved on since it was built (`stale_upstream`).
-pub fn unfit(state: &str, invalidated: bool, stale: bool) -> Option<&str> {
-    if state != PartitionState::Ready.as_str() {
-        Some(state)
-    } else if invalidated {
-        Some("invalidated")
-    } else if stale {
-        Some("stale_upstream")
-    } else {
-        None
+string_enum! {
+    /// Whether a partition is fit to read and, when it is not, why: the one
+    /// answer `/ready`, lineage, repairs, alerts and the deadline scan share.
+    /// `no_batch`: no batch ever named the partition.
+    Fitness {
+        Ready = "ready",
+        NoBatch = "no_batch",
+        Running = "running",
+        Rejected = "rejected",
+        Failed = "failed",
+        Abandoned = "abandoned",
+        Invalidated = "invalidated",
+        StaleUpstream = "stale_upstream",
+    }
+}
+
+/// What the fitness rule reads from a partition's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    pub state: PartitionState,
+    /// Taken out of service until a new batch publishes it.
+    pub invalidated: bool,
+    /// Built on upstream data that has since moved on.
+    pub stale_upstream: bool,
+}
+
+/// The fitness rule: the latest batch's state first (`running`, `rejected`,
+/// …), then an invalidation, then upstream data that has moved on since the
+/// partition was built (`stale_upstream`); `no_batch` without a row.
+pub fn fitness(standing: Option<Standing>) -> Fitness {
+    let Some(s) = standing else {
+        return Fitness::NoBatch;
+    };
+    match s.state {
+        PartitionState::Running => Fitness::Running,
+        PartitionState::Rejected => Fitness::Rejected,
+        PartitionState::Failed => Fitness::Failed,
+        PartitionState::Abandoned => Fitness::Abandoned,
+        PartitionState::Ready if s.invalidated => Fitness::Invalidated,
+        PartitionState::Ready if s.stale_upstream => Fitness::StaleUpstream,
+        PartitionState::Ready => Fitness::Ready,
+    }
+}
+
+impl Fitness {
+    pub fn is_ready(self) -> bool {
+        self == Fitness::Ready
     }
 }
 
@@ -68,12 +103,28 @@ mod tests {
         }
     }
 
+    fn at(state: PartitionState, invalidated: bool, stale_upstream: bool) -> Fitness {
+        fitness(Some(Standing { state, invalidated, stale_upstream }))
+    }
+
     #[test]
     fn a_ready_partition_is_unfit_when_invalidated_or_stale() {
-        assert_eq!(unfit("running", true, true), Some("running"));
-        assert_eq!(unfit("ready", true, true), Some("invalidated"));
-        assert_eq!(unfit("ready", false, true), Some("stale_upstream"));
-        assert_eq!(unfit("ready", false, false), None);
+        assert_eq!(at(PartitionState::Running, true, true), Fitness::Running);
+        assert_eq!(at(PartitionState::Ready, true, true), Fitness::Invalidated);
+        assert_eq!(at(PartitionState::Ready, false, true), Fitness::StaleUpstream);
+        assert_eq!(at(PartitionState::Ready, false, false), Fitness::Ready);
+        assert!(at(PartitionState::Ready, false, false).is_ready());
+    }
+
+    #[test]
+    fn a_partition_without_a_row_has_no_batch() {
+        assert_eq!(fitness(None), Fitness::NoBatch);
+        assert_eq!(Fitness::NoBatch.as_str(), "no_batch");
+        // Every partition state is a fitness of the same name.
+        for s in PartitionState::ALL {
+            let state: PartitionState = s.parse().unwrap();
+            assert_eq!(at(state, false, false).as_str(), *s);
+        }
     }
 
     #[test]

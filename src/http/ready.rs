@@ -24,9 +24,9 @@ use super::query::Params;
 use super::{AppState, MAX_WAIT_SECONDS};
 use crate::changes::{Signal, TaskLatest};
 use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
-use crate::domain::readiness::unfit;
+use crate::domain::readiness::Fitness;
 use crate::error::{Error, Result};
-use crate::store::PartitionRecord;
+use crate::store::{fitness_of, PartitionRecord};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/ready", get(ready))
@@ -229,12 +229,6 @@ fn ready_entry(r: &PartitionRecord) -> ReadyEntry<'_> {
     }
 }
 
-/// Why a partition is not ready: its latest batch's state first, then an
-/// invalidation, then stale upstream data.
-fn why_not(r: &PartitionRecord) -> Option<&str> {
-    unfit(&r.state, r.invalidated_reason.is_some(), r.stale_upstream.is_some())
-}
-
 fn not_ready(reason: &str, extra: Value) -> Answer {
     let mut body = json!({"ready": false, "reason": reason});
     if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
@@ -249,19 +243,20 @@ fn judge(
     found: Vec<Option<Arc<PartitionRecord>>>,
     ctx: Option<&TaskContext>,
 ) -> Answer {
-    let blocker = partitions.iter().zip(&found).find(|(_, f)| f.as_ref().is_none_or(|r| why_not(r).is_some()));
+    let fitness = |f: &Option<Arc<PartitionRecord>>| fitness_of(f.as_deref());
+    let blocker = partitions.iter().zip(&found).find(|(_, f)| !fitness(f).is_ready());
     if let Some((name, rec)) = blocker {
         let each: Vec<Value> = partitions
             .iter()
             .zip(&found)
             .map(|(p, f)| match f {
-                None => json!({"partition": p, "state": "no_batch"}),
-                Some(r) => json!({"partition": p, "state": why_not(r).unwrap_or("ready"), "batch_id": r.batch_id, "version": r.version}),
+                None => json!({"partition": p, "state": fitness(f)}),
+                Some(r) => json!({"partition": p, "state": fitness(f), "batch_id": r.batch_id, "version": r.version}),
             })
             .collect();
         let Some(r) = rec else {
             return not_ready(
-                "no_batch",
+                Fitness::NoBatch.as_str(),
                 json!({"dataset": dataset, "partition": name, "batch_id": null, "last_published": null, "partitions": each}),
             );
         };
@@ -273,7 +268,7 @@ fn judge(
         if let Some(why) = &r.invalidated_reason {
             extra["invalidated_reason"] = json!(why);
         }
-        return not_ready(why_not(r).unwrap_or("ready"), extra);
+        return not_ready(r.fitness().as_str(), extra);
     }
     let body = ReadyBody {
         ready: true,
@@ -293,7 +288,7 @@ async fn evaluate(app: &AppState, target: &Target) -> Result<Answer> {
         }
         Target::Task { task, dt } => {
             let Some(latest) = task_latest(app, task, *dt).await? else {
-                return Ok(not_ready("no_batch", json!({"task": task, "dt": dt})));
+                return Ok(not_ready(Fitness::NoBatch.as_str(), json!({"task": task, "dt": dt})));
             };
             let found = statuses(app, &latest.dataset, &latest.partitions).await?;
             let ctx = TaskContext { task, dt: *dt, latest_batch_id: &latest.batch_id };

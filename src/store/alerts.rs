@@ -10,9 +10,9 @@ use sqlx::types::Json;
 use super::db::{args, Conn};
 use super::lineage::{walk, Direction, DOWNSTREAM_DEPTH};
 use super::records::BatchRow;
+use super::records::{fitness_of, load_partition};
 use crate::domain::alerts::{severity, Action, Advice, AlertKind, Severity};
 use crate::domain::policy::DatasetPolicy;
-use crate::domain::readiness::unfit;
 use crate::error::Result;
 
 /// An alert about to be raised.
@@ -167,14 +167,7 @@ pub(super) async fn resolve_ready(c: &mut Conn<'_>, dataset: &str, dt: NaiveDate
     for (id, parts) in open {
         let mut all_ready = true;
         for p in &parts.0 {
-            let row: Option<(String, bool, bool)> = c
-                .opt(
-                    "SELECT state, invalidated_reason IS NOT NULL, stale_upstream IS NOT NULL FROM partitions \
-                     WHERE dataset = $1 AND partition_spec = $2",
-                    args![dataset, p],
-                )
-                .await?;
-            all_ready &= row.is_some_and(|(state, invalidated, stale)| unfit(&state, invalidated, stale).is_none());
+            all_ready &= fitness_of(load_partition(c, dataset, p).await?.as_ref()).is_ready();
         }
         if all_ready {
             c.exec("UPDATE alerts SET state = 'resolved', resolved_at = $2 WHERE id = $1", args![id, now]).await?;

@@ -18,7 +18,7 @@ use crate::domain::alerts::{self as alert_rules, AlertKind};
 use crate::domain::batch::{leaves_residue, touches_table, BatchState, FailStage};
 use crate::domain::names::BatchId;
 use crate::domain::policy::{DatasetPolicy, WriteMode};
-use crate::domain::readiness::partition_state;
+use crate::domain::readiness::{partition_state, PartitionState};
 use crate::domain::retry::{self, RetryAdvice};
 use crate::error::{Error, Result};
 use crate::telemetry::{Decided, Outcome};
@@ -224,7 +224,7 @@ impl SqlStore {
         let mut blocking: BTreeMap<String, (BatchRow, Vec<String>)> = BTreeMap::new();
         let mut expired: BTreeMap<String, BatchRow> = BTreeMap::new();
         for p in &req.partitions {
-            let row: Option<(String, Option<String>)> = c
+            let row: Option<(PartitionState, Option<String>)> = c
                 .opt(
                     "SELECT state, batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2",
                     args![dataset, p.as_str()],
@@ -233,7 +233,7 @@ impl SqlStore {
             let Some((state, Some(running_id))) = row else {
                 continue;
             };
-            if state != "running" {
+            if state != PartitionState::Running {
                 continue;
             }
             let b = load_batch(&mut c, &running_id)

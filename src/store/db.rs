@@ -68,6 +68,49 @@ impl From<Option<&str>> for Arg {
     }
 }
 
+/// Stores domain enums as their text and reads them back checked, on both
+/// backends: an unknown stored value is a decode error that names the column
+/// (sqlx adds it) and the value, never a panic and never a guess.
+macro_rules! text_enum {
+    ($($t:ty),+ $(,)?) => {$(
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $t
+        where
+            str: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <str as sqlx::Type<DB>>::type_info()
+            }
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <str as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $t
+        where
+            &'r str: sqlx::Decode<'r, DB>,
+        {
+            fn decode(value: <DB as sqlx::Database>::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <&str as sqlx::Decode<DB>>::decode(value)?;
+                text.parse::<$t>().map_err(|e| format!("unknown stored value: {e}").into())
+            }
+        }
+
+        impl From<$t> for Arg {
+            fn from(v: $t) -> Self {
+                Arg::Text(Some(v.as_str().to_owned()))
+            }
+        }
+
+        impl From<Option<$t>> for Arg {
+            fn from(v: Option<$t>) -> Self {
+                Arg::Text(v.map(|v| v.as_str().to_owned()))
+            }
+        }
+    )+};
+}
+
+text_enum!(crate::domain::readiness::PartitionState);
+
 /// Builds a `Vec<Arg>` from values of mixed types.
 macro_rules! args {
     ($($v:expr),* $(,)?) => { vec![$($crate::store::db::Arg::from($v)),*] };

@@ -13,9 +13,10 @@ use sqlx::types::Json;
 use super::alerts::{self, NewAlert};
 use super::batches::load_policy;
 use super::db::{args, Conn};
+use super::records::{fitness_of, load_partition, PartitionRecord};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Action, AlertKind};
-use crate::domain::readiness;
+use crate::domain::readiness::Fitness;
 use crate::error::Result;
 
 /// How far alerts and repair plans look for partitions built on others.
@@ -44,34 +45,8 @@ pub struct InputRecord {
 pub struct UnreadyInput {
     pub dataset: String,
     pub partition: String,
-    pub reason: String,
+    pub reason: Fitness,
     pub version: i64,
-}
-
-/// What the lineage rules need to know about a partition now.
-#[derive(Debug, Clone, sqlx::FromRow)]
-struct Standing {
-    state: String,
-    version: i64,
-    published_batch_id: Option<String>,
-    stale_upstream: Option<Json<Value>>,
-    invalidated_reason: Option<String>,
-}
-
-impl Standing {
-    /// Why this partition is not fit to read, if it is not.
-    fn unfit(&self) -> Option<&str> {
-        readiness::unfit(&self.state, self.invalidated_reason.is_some(), self.stale_upstream.is_some())
-    }
-}
-
-async fn standing(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Option<Standing>> {
-    Ok(c.opt(
-        "SELECT state, version, published_batch_id, stale_upstream, invalidated_reason FROM partitions \
-         WHERE dataset = $1 AND partition_spec = $2",
-        args![dataset, partition],
-    )
-    .await?)
 }
 
 /// Resolves each input to its current published version; returns the inputs
@@ -83,19 +58,11 @@ pub(super) async fn resolve_inputs(
     let mut resolved = Vec::new();
     let mut unready = Vec::new();
     for (dataset, partition) in inputs {
-        let s = standing(c, dataset, partition).await?;
+        let s = load_partition(c, dataset, partition).await?;
         let (version, batch_id) = s.as_ref().map(|s| (s.version, s.published_batch_id.clone())).unwrap_or((0, None));
-        let reason = match &s {
-            None => Some("no_batch"),
-            Some(s) => s.unfit(),
-        };
-        if let Some(reason) = reason {
-            unready.push(UnreadyInput {
-                dataset: dataset.clone(),
-                partition: partition.clone(),
-                reason: reason.to_owned(),
-                version,
-            });
+        let reason = fitness_of(s.as_ref());
+        if !reason.is_ready() {
+            unready.push(UnreadyInput { dataset: dataset.clone(), partition: partition.clone(), reason, version });
         }
         resolved.push(InputRecord { dataset: dataset.clone(), partition: partition.clone(), version, batch_id });
     }
@@ -148,7 +115,7 @@ pub(super) async fn emit(
 }
 
 /// Why a partition built from `input` at `built_on` is stale now, if it is.
-fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &Standing) -> Option<Value> {
+fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &PartitionRecord) -> Option<Value> {
     let cause = if now.invalidated_reason.is_some() {
         "invalidated"
     } else if now.version > built_on {
@@ -175,7 +142,7 @@ pub(super) async fn on_published(
     now: DateTime<Utc>,
     ripple: &mut Ripple,
 ) -> Result<()> {
-    let before = standing(c, dataset, partition).await?;
+    let before = load_partition(c, dataset, partition).await?;
     let was_stale = before.as_ref().is_some_and(|s| s.stale_upstream.is_some());
     emit(
         c,
@@ -191,7 +158,7 @@ pub(super) async fn on_published(
 
     let mut stale = None;
     for input in inputs_of(c, batch_id).await? {
-        if let Some(s) = standing(c, &input.dataset, &input.partition).await? {
+        if let Some(s) = load_partition(c, &input.dataset, &input.partition).await? {
             if let Some(why) = staleness(&input.dataset, &input.partition, input.version, &s) {
                 stale = Some(why);
                 break;
@@ -223,7 +190,7 @@ pub(super) async fn invalidate(
     now: DateTime<Utc>,
     ripple: &mut Ripple,
 ) -> Result<bool> {
-    let Some(s) = standing(c, dataset, partition).await? else {
+    let Some(s) = load_partition(c, dataset, partition).await? else {
         return Ok(false);
     };
     c.exec(
@@ -301,7 +268,7 @@ async fn propagate(
         if !seen.insert((ds.clone(), p.clone())) {
             continue;
         }
-        let Some(upstream) = standing(c, &ds, &p).await? else {
+        let Some(upstream) = load_partition(c, &ds, &p).await? else {
             continue;
         };
         let consumers: Vec<Consumer> = c.all(CONSUMERS_SQL, args![&ds, &p]).await?;
@@ -384,8 +351,8 @@ pub enum Direction {
 pub struct LineageNode {
     pub dataset: String,
     pub partition: String,
-    /// `ready`, a batch state, `invalidated`, `stale_upstream`, or `no_batch`.
-    pub state: String,
+    /// The partition's fitness, as `/ready` judges it.
+    pub state: Fitness,
     pub version: i64,
     pub batch_id: Option<String>,
     pub depth: u32,
@@ -407,13 +374,6 @@ pub struct LineageEdge {
 pub struct LineageGraph {
     pub nodes: Vec<LineageNode>,
     pub edges: Vec<LineageEdge>,
-}
-
-fn node_state(s: &Option<Standing>) -> String {
-    match s {
-        None => "no_batch".into(),
-        Some(s) => s.unfit().unwrap_or("ready").to_owned(),
-    }
 }
 
 impl super::SqlStore {
@@ -477,11 +437,11 @@ pub(super) async fn walk(
     direction: Direction,
     depth: u32,
 ) -> Result<LineageGraph> {
-    let root = standing(c, dataset, partition).await?;
+    let root = load_partition(c, dataset, partition).await?;
     let mut nodes = vec![LineageNode {
         dataset: dataset.into(),
         partition: partition.into(),
-        state: node_state(&root),
+        state: fitness_of(root.as_ref()),
         version: root.as_ref().map_or(0, |s| s.version),
         batch_id: root.as_ref().and_then(|s| s.published_batch_id.clone()),
         depth: 0,
@@ -512,7 +472,7 @@ pub(super) async fn walk(
                     Direction::Upstream => (there, here, (nds.clone(), np.clone())),
                     Direction::Downstream => (here, there, (ds.clone(), p.clone())),
                 };
-                let up = standing(c, &upstream_of_edge.0, &upstream_of_edge.1).await?;
+                let up = load_partition(c, &upstream_of_edge.0, &upstream_of_edge.1).await?;
                 edges.push(LineageEdge {
                     from,
                     to,
@@ -521,11 +481,11 @@ pub(super) async fn walk(
                     batch_id,
                 });
                 if seen.insert((nds.clone(), np.clone())) {
-                    let s = standing(c, &nds, &np).await?;
+                    let s = load_partition(c, &nds, &np).await?;
                     nodes.push(LineageNode {
                         dataset: nds.clone(),
                         partition: np.clone(),
-                        state: node_state(&s),
+                        state: fitness_of(s.as_ref()),
                         version: s.as_ref().map_or(0, |s| s.version),
                         batch_id: s.as_ref().and_then(|s| s.published_batch_id.clone()),
                         depth: level,

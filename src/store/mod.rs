@@ -35,7 +35,7 @@ pub use lineage::{
     DOWNSTREAM_SQL,
 };
 pub use openlineage::{LineageEvent, Recorded};
-pub use records::{BatchRecord, DatasetRecord, PartitionRecord, Residue};
+pub use records::{fitness_of, BatchRecord, DatasetRecord, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
 pub use retention::{Pruned, PRUNE_BATCH};
 pub use tokens::{AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOKENS_CHANGED};

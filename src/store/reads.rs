@@ -9,16 +9,12 @@ use chrono::{DateTime, NaiveDate, Utc};
 use super::batches::{load_record, BATCH_COLUMNS, LOG_COLUMNS};
 use super::db::{args, Arg};
 use super::lineage::InputRecord;
-use super::records::{BatchRow, DatasetRow, LogRow, DATASET_COLUMNS};
+use super::records::{BatchRow, DatasetRow, LogRow, DATASET_COLUMNS, PARTITION_COLUMNS};
 use super::*;
 use crate::changes::{ChangeHub, TaskLatest};
 use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::domain::policy::DatasetPolicy;
 use crate::error::Result;
-
-pub(super) const PARTITION_COLUMNS: &str =
-    "dataset, partition_spec, dt, state, batch_id, version, published_batch_id, published_row_count, \
-     published_at, updated_at, stale_upstream, invalidated_reason, prev_published_batch_id, prev_published_row_count";
 
 /// `$first, $first+1, …` for `n` values: an `IN (…)` list.
 fn placeholders(first: usize, n: usize) -> String {

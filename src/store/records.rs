@@ -5,10 +5,13 @@ use serde::Serialize;
 use serde_json::Value;
 use sqlx::types::Json;
 
+use super::db::{args, Conn};
 use super::lineage::InputRecord;
 use crate::domain::batch::BatchState;
 use crate::domain::deadline::Deadline;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
+use crate::domain::readiness::{self, Fitness, PartitionState, Standing};
+use crate::error::Result;
 
 /// Parses an enum column; the database only ever holds values this build wrote.
 pub(super) fn parse_col<T: std::str::FromStr<Err = String>>(s: &str) -> T {
@@ -206,7 +209,9 @@ pub struct PartitionRecord {
     #[sqlx(rename = "partition_spec")]
     pub partition: String,
     pub dt: NaiveDate,
-    pub state: String,
+    /// What the latest table-touching batch says; [`PartitionRecord::fitness`]
+    /// adds invalidation and staleness.
+    pub state: PartitionState,
     /// The batch that decides the state: the latest that may have touched the table.
     pub batch_id: Option<String>,
     /// Published versions so far; 0 before the first publish.
@@ -225,16 +230,54 @@ pub struct PartitionRecord {
     /// The version the current one replaced (`version - 1`).
     pub prev_published_batch_id: Option<String>,
     pub prev_published_row_count: Option<i64>,
+    /// The partition spec without `dt`: what the volume baseline compares.
+    #[serde(skip)]
+    pub baseline_key: String,
+}
+
+/// Every column of [`PartitionRecord`].
+pub(super) const PARTITION_COLUMNS: &str =
+    "dataset, partition_spec, dt, state, batch_id, version, published_batch_id, published_row_count, \
+     published_at, updated_at, stale_upstream, invalidated_reason, prev_published_batch_id, prev_published_row_count, \
+     baseline_key";
+
+/// A partition's row, `None` when no batch ever named it.
+pub(super) async fn load_partition(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+) -> Result<Option<PartitionRecord>> {
+    let sql = format!("SELECT {PARTITION_COLUMNS} FROM partitions WHERE dataset = $1 AND partition_spec = $2");
+    Ok(c.opt(&sql, args![dataset, partition]).await?)
+}
+
+/// The fitness of a partition that may have no row (`no_batch`).
+pub fn fitness_of(rec: Option<&PartitionRecord>) -> Fitness {
+    readiness::fitness(rec.map(PartitionRecord::standing))
 }
 
 impl PartitionRecord {
+    /// What the fitness rule reads from this row.
+    pub fn standing(&self) -> Standing {
+        Standing {
+            state: self.state,
+            invalidated: self.invalidated_reason.is_some(),
+            stale_upstream: self.stale_upstream.is_some(),
+        }
+    }
+
+    /// `ready`, or why `/ready` refuses this partition: the one rule.
+    pub fn fitness(&self) -> Fitness {
+        readiness::fitness(Some(self.standing()))
+    }
+
     #[cfg(test)]
     pub fn placeholder(dataset: &str, partition: &str) -> Self {
         Self {
             dataset: dataset.into(),
             partition: partition.into(),
             dt: NaiveDate::from_ymd_opt(2026, 8, 24).expect("date"),
-            state: "ready".into(),
+            state: PartitionState::Ready,
             batch_id: None,
             version: 0,
             published_batch_id: None,
@@ -245,6 +288,7 @@ impl PartitionRecord {
             invalidated_reason: None,
             prev_published_batch_id: None,
             prev_published_row_count: None,
+            baseline_key: String::new(),
         }
     }
 }

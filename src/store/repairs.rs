@@ -4,18 +4,19 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use sqlx::types::Json;
 
 use super::batches::load_policy;
 use super::db::{args, Conn};
 use super::lineage::{inputs_of, walk, Direction, DOWNSTREAM_DEPTH};
+use super::records::{fitness_of, load_partition};
 use super::SqlStore;
 use crate::domain::batch::{BatchState, FailStage};
 use crate::domain::checks::median;
 use crate::domain::names::{DatasetName, PartitionSpec};
-use crate::domain::readiness::unfit;
+use crate::domain::readiness::Fitness;
 use crate::domain::repair::{boundary, recommend, Attempt, RepairAction};
 use crate::error::{Error, Result};
 
@@ -37,43 +38,6 @@ pub struct RepairSummary {
     pub action: String,
     pub reason: String,
     pub created_at: DateTime<Utc>,
-}
-
-#[derive(Debug, sqlx::FromRow)]
-struct Current {
-    dt: NaiveDate,
-    state: String,
-    version: i64,
-    published_batch_id: Option<String>,
-    published_at: Option<DateTime<Utc>>,
-    baseline_key: String,
-    stale_upstream: Option<Json<Value>>,
-    invalidated_reason: Option<String>,
-}
-
-impl Current {
-    /// `ready`, or why `/ready` refuses it: the one fitness rule.
-    fn fitness(&self) -> &str {
-        unfit(&self.state, self.invalidated_reason.is_some(), self.stale_upstream.is_some()).unwrap_or("ready")
-    }
-
-    fn fresh(&self) -> bool {
-        self.fitness() == "ready"
-    }
-}
-
-/// A partition's fitness, `no_batch` when the registry has none.
-fn fitness(cur: &Option<Current>) -> String {
-    cur.as_ref().map_or("no_batch".to_owned(), |x| x.fitness().to_owned())
-}
-
-async fn current(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Option<Current>> {
-    Ok(c.opt(
-        "SELECT dt, state, version, published_batch_id, published_at, baseline_key, stale_upstream, invalidated_reason \
-         FROM partitions WHERE dataset = $1 AND partition_spec = $2",
-        args![dataset, partition],
-    )
-    .await?)
 }
 
 #[derive(sqlx::FromRow)]
@@ -116,17 +80,17 @@ impl SqlStore {
         let mut downstream: BTreeMap<(String, String), Value> = BTreeMap::new();
         for p in &r.partitions {
             let p = p.as_str();
-            let cur = current(&mut c, dataset, p).await?;
+            let cur = load_partition(&mut c, dataset, p).await?;
 
             // 1. scope: dates, zone, what the current version read vs what is current now.
             let published_batch = cur.as_ref().and_then(|x| x.published_batch_id.clone());
             let mut inputs = Vec::new();
             if let Some(b) = &published_batch {
                 for i in inputs_of(&mut c, b).await? {
-                    let now_at = current(&mut c, &i.dataset, &i.partition).await?;
+                    let now_at = load_partition(&mut c, &i.dataset, &i.partition).await?;
                     inputs.push(json!({"dataset": i.dataset, "partition": i.partition, "read_version": i.version,
                         "current_version": now_at.as_ref().map_or(0, |x| x.version),
-                        "current_state": fitness(&now_at)}));
+                        "current_state": fitness_of(now_at.as_ref())}));
                 }
             }
             let scope = json!({"partition": p, "dt": cur.as_ref().map(|x| x.dt), "timezone": policy.timezone, "inputs": inputs});
@@ -166,7 +130,7 @@ impl SqlStore {
             let graph = walk(&mut c, dataset, p, Direction::Downstream, DOWNSTREAM_DEPTH).await?;
             let mut any_stale = false;
             for node in graph.nodes.iter().skip(1) {
-                let stale = node.state == "stale_upstream";
+                let stale = node.state == Fitness::StaleUpstream;
                 any_stale |= stale;
                 let key = (node.dataset.clone(), node.partition.clone());
                 if let std::collections::btree_map::Entry::Vacant(slot) = downstream.entry(key) {
@@ -182,7 +146,8 @@ impl SqlStore {
             let b = boundary(&attempts, any_stale);
             let retry_boundary = json!({"state": b, "latest_batch_id": rows.first().map(|r| &r.0),
                 "recommended_action": recommend(b, policy.write_mode, r.action)});
-            partitions.push(json!({"partition": p, "state": fitness(&cur), "scope": scope, "identity": identity,
+            partitions
+                .push(json!({"partition": p, "state": fitness_of(cur.as_ref()), "scope": scope, "identity": identity,
                 "retry_boundary": retry_boundary}));
         }
         let mut plan = json!({"dataset": dataset, "action": r.action, "reason": r.reason, "created_at": now,
@@ -237,7 +202,7 @@ impl SqlStore {
                 )
                 .await?;
             any_batch |= !linked.is_empty();
-            let cur = current(&mut c, &dataset, &p).await?;
+            let cur = load_partition(&mut c, &dataset, &p).await?;
             let published: Vec<&(String, String, Option<Json<Value>>)> =
                 linked.iter().filter(|(_, s, _)| s == "published" || s == "superseded").collect();
 
@@ -279,13 +244,15 @@ impl SqlStore {
                 None => None,
             };
             let done = match (&cur, after) {
-                (Some(x), Some((b, _, _))) => x.fresh() && x.published_batch_id.as_deref() == Some(b.as_str()),
+                (Some(x), Some((b, _, _))) => {
+                    x.fitness().is_ready() && x.published_batch_id.as_deref() == Some(b.as_str())
+                }
                 _ => false,
             };
             all_done &= done;
             progress.push(json!({
                 "partition": p,
-                "state": fitness(&cur),
+                "state": fitness_of(cur.as_ref()),
                 "done": done,
                 "batches": linked.iter().map(|(b, s, _)| json!({"batch_id": b, "status": s})).collect::<Vec<_>>(),
                 "row_count": {"before": entry["identity"]["published"]["row_count"], "after": after_counts["row_count"], "baseline": baseline},
@@ -298,12 +265,15 @@ impl SqlStore {
         let mut downstream = Vec::new();
         for d in plan["downstream"].as_array().cloned().unwrap_or_default() {
             let (ds, p) = (d["dataset"].as_str().unwrap_or_default(), d["partition"].as_str().unwrap_or_default());
-            let cur = current(&mut c, ds, p).await?;
-            let fresh = cur.as_ref().is_some_and(Current::fresh);
-            let recomputed = fresh && cur.as_ref().and_then(|x| x.published_at).is_some_and(|t| t >= created_at);
-            all_done &= fresh;
-            downstream.push(json!({"dataset": ds, "partition": p, "stale": !fresh, "recomputed": recomputed,
-                "state": fitness(&cur)}));
+            let cur = load_partition(&mut c, ds, p).await?;
+            let fitness = fitness_of(cur.as_ref());
+            let recomputed =
+                fitness.is_ready() && cur.as_ref().and_then(|x| x.published_at).is_some_and(|t| t >= created_at);
+            all_done &= fitness.is_ready();
+            // `stale`: the partition is `stale_upstream` now (before, it was
+            // true for any partition not fit to read, `running` included).
+            downstream.push(json!({"dataset": ds, "partition": p, "stale": fitness == Fitness::StaleUpstream,
+                "recomputed": recomputed, "state": fitness}));
         }
         plan["id"] = json!(id);
         plan["state"] = json!(if all_done && any_batch {

@@ -11,24 +11,25 @@ use serde_json::json;
 use super::alerts::{self, AlertRecord, NewAlert, OutboxItem, ALERT_COLUMNS};
 use super::batches::{load_batch, load_policy, load_record, not_found};
 use super::db::{args, Arg};
-use super::records::{BatchRecord, DatasetRow, DATASET_COLUMNS};
+use super::records::{BatchRecord, DatasetRow, PartitionRecord, DATASET_COLUMNS, PARTITION_COLUMNS};
 use super::{AlertQuery, Backend, Page, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
 use crate::domain::batch::BatchState;
 use crate::domain::names::PartitionSpec;
 use crate::domain::policy::DatasetPolicy;
+use crate::domain::readiness::Fitness;
 use crate::error::{Error, Result};
 use crate::telemetry::StoreGauges;
 
-/// A data date past its deadline, with the partitions (and their states)
-/// that are not ready.
+/// A data date past its deadline, with the partitions that are not fit to
+/// read (and why).
 pub(super) struct Overdue {
     pub dataset: String,
     pub policy: DatasetPolicy,
     pub dt: NaiveDate,
     pub due: DateTime<Utc>,
-    pub blocked: Vec<(String, String)>,
+    pub blocked: Vec<(String, Fitness)>,
 }
 
 /// How long a replica holds a claimed webhook delivery before another may
@@ -122,20 +123,21 @@ impl SqlStore {
                 continue;
             };
             let tz: chrono_tz::Tz = policy.timezone.parse().unwrap_or(chrono_tz::UTC);
-            // Every data date with a partition not ready, and what holds it up.
-            let rows: Vec<(NaiveDate, String, String)> = {
+            // Every data date with a partition not fit to read (the rule
+            // `/ready` applies), and what holds it up.
+            let rows: Vec<PartitionRecord> = {
                 let mut r = self.read().await?;
-                r.conn()
-                    .all(
-                        "SELECT dt, partition_spec, state FROM partitions WHERE dataset = $1 AND state <> 'ready' \
-                         ORDER BY dt, partition_spec",
-                        args![&ds.name],
-                    )
-                    .await?
+                let sql = format!(
+                    "SELECT {PARTITION_COLUMNS} FROM partitions WHERE dataset = $1 \
+                     AND (state <> 'ready' OR invalidated_reason IS NOT NULL OR stale_upstream IS NOT NULL) \
+                     ORDER BY dt, partition_spec"
+                );
+                r.conn().all(&sql, args![&ds.name]).await?
             };
-            let mut late: BTreeMap<NaiveDate, Vec<(String, String)>> = BTreeMap::new();
-            for (dt, partition, state) in rows {
-                late.entry(dt).or_default().push((partition, state));
+            let mut late: BTreeMap<NaiveDate, Vec<(String, Fitness)>> = BTreeMap::new();
+            for p in rows.into_iter().filter(|p| !p.fitness().is_ready()) {
+                let fitness = p.fitness();
+                late.entry(p.dt).or_default().push((p.partition, fitness));
             }
             for (dt, blocked) in late {
                 let due = match deadline.instant(dt, tz) {
@@ -159,7 +161,7 @@ impl SqlStore {
         for Overdue { dataset, policy, dt, due, blocked } in self.overdue(now).await? {
             let mut tx = self.begin_write().await?;
             let mut c = tx.conn();
-            let advice = alert_rules::for_deadline(&blocked[0].1);
+            let advice = alert_rules::for_deadline(blocked[0].1);
             let names: Vec<String> = blocked.iter().map(|(p, _)| p.clone()).collect();
             let alert = NewAlert {
                 kind: AlertKind::DeadlineMissed,

@@ -9,11 +9,10 @@ use chrono::NaiveDate;
 use maud::{html, Markup};
 
 use super::svg::{volume_chart, VolumePoint};
-use super::{
-    badge, batch_href, count, dataset_href, enc, fitness, layout, lineage_href, not_found, when, Section, UiResult,
-};
+use super::{badge, batch_href, count, dataset_href, enc, layout, lineage_href, not_found, when, Section, UiResult};
 use crate::domain::checks::median;
 use crate::domain::names::PartitionSpec;
+use crate::domain::readiness::PartitionState;
 use crate::http::AppState;
 use crate::store::{DatasetRecord, PartitionQuery, PartitionRecord};
 
@@ -26,8 +25,8 @@ const CHART_PERIODS: usize = 30;
 pub(super) const FITNESS: [&str; 7] =
     ["ready", "running", "rejected", "failed", "abandoned", "invalidated", "stale_upstream"];
 
-fn record_fitness(p: &PartitionRecord) -> &str {
-    fitness(&p.state, p.invalidated_reason.is_some(), p.stale_upstream.is_some())
+fn record_fitness(p: &PartitionRecord) -> &'static str {
+    p.fitness().as_str()
 }
 
 async fn partitions(app: &AppState, dataset: &str) -> crate::error::Result<Vec<PartitionRecord>> {
@@ -80,7 +79,7 @@ pub(super) async fn page(State(app): State<AppState>, Path(name): Path<String>) 
     // What the deciding batch of a not-published partition counted, so a
     // rejected volume shows in the grid and on the chart.
     let mut attempted: BTreeMap<String, i64> = BTreeMap::new();
-    for p in parts.iter().filter(|p| p.state == "rejected").take(CHART_PERIODS) {
+    for p in parts.iter().filter(|p| p.state == PartitionState::Rejected).take(CHART_PERIODS) {
         let Some(b) = &p.batch_id else { continue };
         if let Some(rec) = app.store.get_batch(b).await? {
             if let Some(n) = rec.partitions.iter().find(|x| x.partition == p.partition).and_then(|x| x.row_count) {

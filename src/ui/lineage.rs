@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::{badge, batch_href, dataset_href, layout, lineage_href, Section, UiError, UiResult};
 use crate::domain::names::{DatasetName, PartitionSpec};
+use crate::domain::readiness::Fitness;
 use crate::error::Error;
 use crate::http::AppState;
 use crate::store::{Direction, LineageEdge};
@@ -27,7 +28,7 @@ pub(super) struct Target {
 struct Placed {
     dataset: String,
     partition: String,
-    state: String,
+    state: Fitness,
     version: i64,
     col: i32,
     row: usize,
@@ -65,7 +66,7 @@ pub(super) async fn page(State(app): State<AppState>, Query(t): Query<Target>) -
         placed.push(Placed {
             dataset: n.dataset.clone(),
             partition: n.partition.clone(),
-            state: n.state.clone(),
+            state: n.state,
             version: n.version,
             col,
             row: *row,
@@ -81,7 +82,7 @@ pub(super) async fn page(State(app): State<AppState>, Query(t): Query<Target>) -
     let root = &placed[0];
     let title = format!("Lineage of {dataset} {partition}");
     let body = html! {
-        h1 { span.dim { "Lineage " } (dataset) " " span.mono { (partition) } " " (badge(&root.state)) }
+        h1 { span.dim { "Lineage " } (dataset) " " span.mono { (partition) } " " (badge(root.state.as_str())) }
         p.dim { "Upstream on the left, downstream on the right, " (DEPTH) " levels each way. A dashed red edge was read at an older version than the one published now." }
         (graph(&placed, &index, &edges))
         section aria-labelledby="edges-h" {
@@ -170,7 +171,7 @@ fn graph(placed: &[Placed], index: &BTreeMap<(String, String), usize>, edges: &[
                             rect x=(x(p.col)) y=(y(p.row)) width=(NODE_W) height=(NODE_H) rx="6" {}
                             text.n1 x=(x(p.col) + 10.0) y=(y(p.row) + 19.0) { (short(&p.dataset, 26)) }
                             text.n2 x=(x(p.col) + 10.0) y=(y(p.row) + 35.0) { (short(&p.partition, 28)) }
-                            text.n3 x=(x(p.col) + 10.0) y=(y(p.row) + 50.0) { (p.state.replace('_', " ")) " · v" (p.version) }
+                            text.n3 x=(x(p.col) + 10.0) y=(y(p.row) + 50.0) { (p.state.as_str().replace('_', " ")) " · v" (p.version) }
                         }
                     }
                 }

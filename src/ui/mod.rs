@@ -5,7 +5,7 @@
 //! host (the Content-Security-Policy says so to the browser as well).
 //!
 //! Every page has a stable URL to paste into a ticket; fitness always comes
-//! from [`crate::domain::readiness::unfit`].
+//! from [`crate::domain::readiness::fitness`].
 
 mod alerts;
 mod batch;
@@ -24,7 +24,6 @@ use axum::Router;
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
 
-use crate::domain::readiness;
 use crate::http::error::LoggedError;
 use crate::http::AppState;
 
@@ -194,11 +193,6 @@ pub(crate) fn lineage_href(dataset: &str, partition: &str) -> String {
     format!("/ui/lineage?dataset={}&partition={}", enc(dataset), enc(partition))
 }
 
-/// A partition's fitness, by the one rule: `ready` or why not.
-pub(crate) fn fitness(state: &str, invalidated: bool, stale: bool) -> &str {
-    readiness::unfit(state, invalidated, stale).unwrap_or("ready")
-}
-
 /// A coloured label for a fitness or batch state; the word is always shown,
 /// so colour is never the only signal.
 pub(crate) fn badge(state: &str) -> Markup {
@@ -271,13 +265,5 @@ mod tests {
         assert_eq!(span_words(42), "42s");
         assert_eq!(span_words(3 * 3600 + 5 * 60), "3h 05m");
         assert_eq!(span_words(-90), "1m 30s ago");
-    }
-
-    #[test]
-    fn fitness_is_the_readiness_rule() {
-        assert_eq!(fitness("ready", false, true), "stale_upstream");
-        assert_eq!(fitness("ready", true, false), "invalidated");
-        assert_eq!(fitness("rejected", false, false), "rejected");
-        assert_eq!(fitness("ready", false, false), "ready");
     }
 }

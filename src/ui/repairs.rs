@@ -143,7 +143,6 @@ fn downstream(plan: &Value) -> Markup {
                             td { (value_text(&d["owner"])) }
                             td { (if d["needs_recompute"] == true { "yes" } else { "no" }) }
                             td { @match cur {
-                                Some(c) if c["stale"] == true => (badge("stale_upstream")),
                                 Some(c) if c["recomputed"] == true => { (badge("ready")) " recomputed" },
                                 Some(c) => (badge(c["state"].as_str().unwrap_or("?"))),
                                 None => "—",

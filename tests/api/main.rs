@@ -14,6 +14,7 @@ mod console;
 mod crash;
 mod edge;
 mod faults;
+mod fitness;
 mod growth;
 mod hostile;
 mod jwt;
