@@ -5,6 +5,7 @@
 //! [`serve_app`] until `shutdown` resolves. The integration tests build with
 //! their own clock and serve through the same [`serve_app`].
 
+pub mod api;
 pub mod auth;
 pub mod changes;
 pub mod client;

@@ -57,6 +57,10 @@ enum Command {
     Dataset(DatasetArgs),
     /// Make, list or revoke API tokens, directly in the database.
     Token(TokenArgs),
+    /// Print the OpenAPI document of this build's API, generated from its
+    /// types (`batchgate openapi > openapi/openapi.json` updates the
+    /// committed copy).
+    Openapi,
 }
 
 #[derive(Args)]
@@ -211,6 +215,10 @@ async fn main() -> ExitCode {
         Some(Command::Migrate(args)) => report(migrate(args).await),
         Some(Command::Token(args)) => report(token(args.command).await),
         Some(Command::Serve(args)) => report(serve(args).await),
+        Some(Command::Openapi) => {
+            print!("{}", batchgate::api::openapi::json());
+            ExitCode::SUCCESS
+        }
         None => report(serve(ServeArgs::parse_from_env()).await),
     }
 }

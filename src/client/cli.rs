@@ -273,9 +273,9 @@ pub async fn run_batch(args: BatchArgs) -> Exit {
                 trigger: a.trigger,
                 run_ref: a.run_ref,
                 lease_seconds: a.lease_seconds,
-                cleaned_batch_ids: a.cleaned_batch_ids,
-                inputs: a.inputs,
-                allow_unready_inputs: a.allow_unready_inputs,
+                cleaned_batch_ids: Some(a.cleaned_batch_ids).filter(|ids| !ids.is_empty()),
+                inputs: Some(a.inputs).filter(|inputs| !inputs.is_empty()),
+                allow_unready_inputs: a.allow_unready_inputs.then_some(true),
                 repair_id: a.repair_id,
             };
             let key = a.idempotency_key.as_deref();

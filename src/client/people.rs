@@ -10,6 +10,8 @@ use serde_json::Value;
 use super::cli::{ServiceArgs, TargetArgs};
 use super::commands::{failed, print, Output};
 use super::table::{cell, Table};
+use crate::domain::policy::{Tier, WriteMode};
+
 use super::{Client, Deadline, Exit, InvalidateRequest, PolicyRequest, Readiness, RepairRequest, Target};
 use crate::domain::readiness::{self, PartitionState, Standing};
 
@@ -580,11 +582,11 @@ struct SetPolicyArgs {
     dataset: String,
     /// core, standard (the default) or scratch.
     #[arg(long)]
-    tier: Option<String>,
+    tier: Option<Tier>,
     /// overwrite_partition (the default), append, delete_insert_by_batch or
     /// merge.
     #[arg(long)]
-    write_mode: Option<String>,
+    write_mode: Option<WriteMode>,
     /// A column of the unique key; repeat for several.
     #[arg(long = "unique-key", value_name = "COLUMN")]
     unique_key: Vec<String>,
@@ -596,7 +598,7 @@ struct SetPolicyArgs {
     max_volume_change: Option<f64>,
     /// Earlier published dts forming the volume baseline (default 7).
     #[arg(long)]
-    baseline_periods: Option<i64>,
+    baseline_periods: Option<u32>,
     /// Accept a batch that wrote no rows.
     #[arg(long)]
     allow_empty: bool,
@@ -604,14 +606,14 @@ struct SetPolicyArgs {
     owner: Option<String>,
     /// Most partitions one overwrite_partition batch may replace (default 31).
     #[arg(long)]
-    max_partitions_per_batch: Option<i64>,
+    max_partitions_per_batch: Option<u32>,
     /// By when each data date should be published, HH:MM in the dataset's
     /// time zone.
     #[arg(long, value_name = "HH:MM")]
     deadline: Option<String>,
     /// Days after the data date the deadline falls (with --deadline).
     #[arg(long, requires = "deadline")]
-    deadline_days_after_dt: Option<i64>,
+    deadline_days_after_dt: Option<u32>,
     /// This dataset's alerts are also POSTed here.
     #[arg(long)]
     webhook_url: Option<String>,
@@ -636,7 +638,7 @@ pub async fn run_dataset(args: DatasetArgs) -> Exit {
         allow_empty: a.allow_empty.then_some(true),
         owner: a.owner,
         max_partitions_per_batch: a.max_partitions_per_batch,
-        deadline: a.deadline.map(|time| Deadline { time, days_after_dt: a.deadline_days_after_dt }),
+        deadline: a.deadline.map(|time| Deadline { time, days_after_dt: a.deadline_days_after_dt.unwrap_or(0) }),
         webhook_url: a.webhook_url,
     };
     match client.put_dataset(&a.dataset, &req).await {

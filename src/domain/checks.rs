@@ -45,7 +45,9 @@ pub struct PartitionHistory {
     pub baseline: Vec<i64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// `fail` only when the check failed and blocks under the dataset's tier; a
+/// failing non-blocking check is `warn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckStatus {
     Pass,
@@ -55,15 +57,21 @@ pub enum CheckStatus {
 }
 
 /// One check's outcome, as the API reports it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CheckResult {
+    #[schema(value_type = crate::api::schemas::CheckName)]
     pub name: &'static str,
+    /// The partition checked; absent for batch-wide checks (`marker_present`,
+    /// `partitions_complete`, `source_reconciliation`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
     pub status: CheckStatus,
+    /// What the evidence shows (any JSON).
     pub observed: Value,
+    /// What the check wanted (any JSON; null where nothing is expected).
     pub expected: Value,
     pub message: String,
+    /// Whether a failure of this check blocks publication under the dataset's tier.
     pub blocking: bool,
 }
 

@@ -7,11 +7,15 @@ use serde::{Deserialize, Serialize};
 
 /// `{"time": "06:00", "days_after_dt": 1}`: 06:00 local time on the day
 /// after the data date.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Deadline {
+    /// `HH:MM`, in the dataset's timezone.
+    #[schema(pattern = "^[0-2][0-9]:[0-5][0-9]$", example = "06:00")]
     pub time: String,
+    /// 0 to 366 (default 0).
     #[serde(default)]
+    #[schema(maximum = 366)]
     pub days_after_dt: u32,
 }
 

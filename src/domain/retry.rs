@@ -7,10 +7,12 @@ use serde_json::{json, Value};
 use super::policy::WriteMode;
 
 /// The `retry` object of a start response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RetryAdvice {
     pub safe: bool,
-    /// What to clean before writing: `{}` when nothing.
+    /// What to clean before writing: `{}` when nothing; else `batch_ids` and
+    /// a ready-to-run `statement` (`DELETE FROM <dataset> WHERE batch_id IN (...)`).
+    #[schema(value_type = crate::api::schemas::Cleanup)]
     pub cleanup: Value,
     pub reason: String,
 }

@@ -3,10 +3,10 @@
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{json, Value};
 
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
+use crate::api::AlertPage;
 use crate::domain::alerts::{AlertKind, Severity};
 use crate::error::{Error, Result};
 use crate::store::AlertQuery;
@@ -15,7 +15,28 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/v1/alerts", get(list))
 }
 
-async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>> {
+#[utoipa::path(
+    get,
+    path = "/v1/alerts",
+    tag = "alerts",
+    operation_id = "listAlerts",
+    summary = "List alerts, newest first",
+    params(
+        ("state" = Option<crate::api::schemas::AlertState>, Query, description = "open or resolved"),
+        ("dataset" = Option<String>, Query),
+        ("severity" = Option<crate::domain::alerts::Severity>, Query),
+        ("kind" = Option<crate::domain::alerts::AlertKind>, Query),
+        ("limit" = Option<i64>, Query, description = "1 to 500 Default 100.", minimum = 1, maximum = 500),
+        ("cursor" = Option<String>, Query, description = "opaque; from next_cursor"),
+    ),
+    responses(
+        (status = 200, description = "A page of alerts.", body = crate::api::AlertPage),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 422, description = "A malformed parameter (`details.field` names it).", body = crate::api::ErrorBody),
+    ),
+)]
+async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<AlertPage>> {
     let mut p = Params::parse(raw.as_deref());
     let state = p.one("state")?;
     if let Some(s) = &state {
@@ -41,5 +62,5 @@ async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Js
     };
     p.finish()?;
     let page = app.store.list_alerts(&q).await?;
-    Ok(Json(json!({"items": page.items, "next_cursor": page.next.as_ref().map(encode_cursor)})))
+    Ok(Json(AlertPage { items: page.items, next_cursor: page.next.as_ref().map(encode_cursor) }))
 }

@@ -4,23 +4,38 @@
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Serialize;
 
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
+use crate::api::AuditPage;
 use crate::error::Result;
-use crate::store::{AuditQuery, AuditRecord};
+use crate::store::AuditQuery;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/audit", get(list))
 }
 
-#[derive(Serialize)]
-struct AuditPage {
-    items: Vec<AuditRecord>,
-    next_cursor: Option<String>,
-}
-
+#[utoipa::path(
+    get,
+    path = "/v1/audit",
+    tag = "auth",
+    operation_id = "listAudit",
+    summary = "Every write with its actor, request id and outcome, newest first (admin, or operate:<glob> for a matching dataset=)",
+    params(
+        ("actor" = Option<String>, Query, description = "a token name, jwt:<sub>, anonymous …"),
+        ("dataset" = Option<String>, Query, description = "required for operate: scopes"),
+        ("action" = Option<String>, Query, description = "e.g. batch.commit"),
+        ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "RFC 3339"),
+        ("limit" = Option<i64>, Query, description = "1 to 500 Default 100.", minimum = 1, maximum = 500),
+        ("cursor" = Option<String>, Query, description = "opaque; from next_cursor"),
+    ),
+    responses(
+        (status = 200, description = "A page of audit rows.", body = crate::api::AuditPage),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 422, response = crate::api::Invalid),
+    ),
+)]
 async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<AuditPage>> {
     let mut p = Params::parse(raw.as_deref());
     let q = AuditQuery {

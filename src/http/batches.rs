@@ -1,20 +1,18 @@
 //! `/v1/batches`: start, heartbeat, commit, fail, read, list.
 
-use std::collections::BTreeMap;
-
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::DateTime;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::error::AppJson;
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
-use crate::domain::batch::{BatchState, FailCategory, FailStage, Trigger};
+use crate::api::{BatchPage, CommitRequest, FailRequest, InputRef, StartRequest, WrittenRequest};
+use crate::domain::batch::{BatchState, FailCategory, Trigger};
 use crate::domain::checks::{CommitEvidence, PartitionEvidence, SourceEvidence};
 use crate::domain::names::{parse_dt, DatasetName, PartitionSpec, TaskName};
 use crate::error::{Error, Result};
@@ -34,32 +32,6 @@ const DEFAULT_LEASE_SECONDS: i64 = 3600;
 /// A week: longer than any batch should run without a heartbeat.
 const MAX_LEASE_SECONDS: i64 = 7 * 24 * 3600;
 const MAX_IDEMPOTENCY_KEY: usize = 200;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StartBody {
-    task: String,
-    dataset: String,
-    dt: String,
-    partitions: Vec<String>,
-    scope: Option<Value>,
-    trigger: Option<Trigger>,
-    run_ref: Option<String>,
-    lease_seconds: Option<i64>,
-    /// Residue batches whose rows the task deleted before this start.
-    cleaned_batch_ids: Option<Vec<String>>,
-    /// Partitions of other datasets the batch reads.
-    inputs: Option<Vec<InputRef>>,
-    allow_unready_inputs: Option<bool>,
-    repair_id: Option<i64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InputRef {
-    dataset: String,
-    partition: String,
-}
 
 fn input_refs(raw: Vec<InputRef>) -> Result<Vec<(String, String)>> {
     let mut out = Vec::with_capacity(raw.len());
@@ -125,7 +97,32 @@ fn partition_specs(raw: &[String]) -> Result<Declared> {
     Ok((out, wildcards))
 }
 
-async fn start(State(app): State<AppState>, headers: HeaderMap, body: AppJson<StartBody>) -> Result<Response> {
+#[utoipa::path(
+    post,
+    path = "/v1/batches",
+    tag = "batches",
+    operation_id = "startBatch",
+    summary = "Start a batch",
+    description = "Starts one attempt of a task to produce one data date of a dataset, covering the named partitions. The answer's `residue` lists earlier batches of these partitions that did not publish and may have left rows behind, so the task can delete them before writing. Starting over a running batch whose lease expired marks that batch `abandoned`.\n\nWith an `Idempotency-Key` header, the same key with the same body returns the same batch (201 the first time, then 200), never a second batch; the same key with a different body is 422 `idempotency_key_reused`.",
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes the start safe to retry: the same key and body return the same batch.", min_length = 1, max_length = 200),
+    ),
+    request_body = crate::api::StartRequest,
+    responses(
+        (status = 200, description = "An `Idempotency-Key` replay: the batch the first request started.", body = crate::store::Started),
+        (status = 201, description = "The batch started.", body = crate::store::Started),
+        (status = 400, response = crate::api::BadRequest),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 409, description = "`batch_in_progress` (another batch's lease runs on one of the partitions), `unsafe_retry` (merge without unique_key over residue), `cleanup_required` (append over residue not acknowledged in cleaned_batch_ids). `upstream_not_ready`: an input is not ready; `details.inputs` names each with its reason.", body = crate::api::ErrorBody),
+        (status = 413, response = crate::api::PayloadTooLarge),
+        (status = 415, response = crate::api::UnsupportedMediaType),
+        (status = 422, description = "A missing or invalid field, an unknown field, an unknown trigger, an invalid date or partition spec, or `idempotency_key_reused`. `overwrite_scope_too_wide`: an overwrite_partition start with a wildcard partition or more than max_partitions_per_batch.", body = crate::api::ErrorBody),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
+async fn start(State(app): State<AppState>, headers: HeaderMap, body: AppJson<StartRequest>) -> Result<Response> {
     let b = body.value;
     let task = TaskName::parse(&b.task).map_err(|e| Error::invalid("task", e.to_string()))?;
     let dataset = DatasetName::parse(&b.dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
@@ -180,29 +177,57 @@ async fn start(State(app): State<AppState>, headers: HeaderMap, body: AppJson<St
     Ok((status, Json(started)).into_response())
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/batches/{batch_id}/heartbeat",
+    tag = "batches",
+    operation_id = "heartbeatBatch",
+    summary = "Extend a batch's lease",
+    description = "Extends the lease of a running batch by its `lease_seconds` from now. Takes no body.",
+    params(
+        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+    ),
+    responses(
+        (status = 200, description = "The new lease.", body = crate::store::Lease),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 404, response = crate::api::BatchNotFound),
+        (status = 409, description = "`batch_not_running`: the batch is no longer running; `details` give its state and `superseded_by`.", body = crate::api::ErrorBody),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
 async fn heartbeat(State(app): State<AppState>, Path(batch_id): Path<String>) -> Result<Response> {
     Ok(Json(app.store.heartbeat(&batch_id).await?).into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WrittenPartition {
-    partition: String,
-    rows_written: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WrittenBody {
-    partitions: Vec<WrittenPartition>,
-}
-
 /// The task's write to the target committed (before verification): history
 /// can then tell "never wrote" from "wrote, then died".
+#[utoipa::path(
+    post,
+    path = "/v1/batches/{batch_id}/written",
+    tag = "batches",
+    operation_id = "batchWritten",
+    summary = "Report that the write to the target committed",
+    description = "Recorded before verification, so history tells a batch that never wrote from one that wrote and then died.",
+    params(
+        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+    ),
+    request_body = crate::api::WrittenRequest,
+    responses(
+        (status = 200, description = "The batch record.", body = crate::store::BatchRecord),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 404, response = crate::api::BatchNotFound),
+        (status = 409, description = "`batch_not_running`.", body = crate::api::ErrorBody),
+        (status = 415, response = crate::api::UnsupportedMediaType),
+        (status = 422, description = "`unknown_partition`: not a partition the batch declared; or a malformed body.", body = crate::api::ErrorBody),
+    ),
+)]
 async fn written(
     State(app): State<AppState>,
     Path(batch_id): Path<String>,
-    body: AppJson<WrittenBody>,
+    body: AppJson<WrittenRequest>,
 ) -> Result<Response> {
     let mut parts = Vec::new();
     for (i, p) in body.value.partitions.into_iter().enumerate() {
@@ -214,41 +239,11 @@ async fn written(
     Ok(Json(app.store.record_written(&batch_id, parts).await?).into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PartitionStats {
-    partition: String,
-    rows_written: u64,
-    row_count: u64,
-    distinct_keys: Option<u64>,
-    null_keys: Option<u64>,
-    #[serde(default)]
-    metrics: BTreeMap<String, f64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SourceStats {
-    row_count: Option<u64>,
-    #[serde(default)]
-    metrics: BTreeMap<String, f64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CommitBody {
-    /// Absent is the same as empty: the `marker_present` check rejects it.
-    #[serde(default)]
-    marker: String,
-    partitions: Vec<PartitionStats>,
-    source: Option<SourceStats>,
-}
-
 fn count(field: String, v: u64) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::invalid(field, "count is too large"))
 }
 
-fn evidence(b: CommitBody) -> Result<CommitEvidence> {
+fn evidence(b: CommitRequest) -> Result<CommitEvidence> {
     let mut partitions = Vec::with_capacity(b.partitions.len());
     for (i, p) in b.partitions.into_iter().enumerate() {
         let at = |f: &str| format!("partitions[{i}].{f}");
@@ -279,30 +274,95 @@ fn decision(d: Decision) -> Response {
     (StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK), Json(d.body)).into_response()
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/batches/{batch_id}/commit",
+    tag = "batches",
+    operation_id = "commitBatch",
+    summary = "Commit a batch with evidence",
+    description = "Runs the eight checks over the evidence: `marker_present`, `partitions_complete`, `rows_match_written`, `unique_keys`, `null_keys`, `non_empty`, `volume_vs_baseline`, `source_reconciliation`. Which failures block depends on the dataset's tier: `core` — every check blocks; `standard` — every check except `volume_vs_baseline`, which warns; `scratch` — only `marker_present` and `partitions_complete` block, the rest warn.\n\nAll blocking checks pass → 200, state `published`, each partition's version +1, and the previous publishing batch of those partitions becomes `superseded`. Otherwise → 422 `checks_failed`, state `rejected`, the partitions are not ready (their previous version stays in history); the body is the batch record with every check plus an `error`.\n\nA commit is idempotent: repeating the identical body returns the identical status and body (the \"write succeeded but the acknowledgement was lost\" retry); a different body for a decided batch is 409 `already_decided`. Committing a batch whose lease expired while a newer batch has started on its partitions is 409 `superseded`.",
+    params(
+        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+    ),
+    request_body = crate::api::CommitRequest,
+    responses(
+        (status = 200, description = "Published (or the replay of an identical commit that published).", body = crate::store::BatchRecord),
+        (status = 400, response = crate::api::BadRequest),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 404, response = crate::api::BatchNotFound),
+        (status = 409, description = "`already_decided` (the batch was decided by another request) or `superseded` (its lease expired and a newer batch started on its partitions). `lease_expired`: the lease scan abandoned the batch.", body = crate::api::ErrorBody),
+        (status = 413, response = crate::api::PayloadTooLarge),
+        (status = 415, response = crate::api::UnsupportedMediaType),
+        (status = 422, description = "Either the batch was rejected (`checks_failed`: the batch record with every check plus `error`; also the replay of an identical rejected commit), or the body is invalid (a field error, with `details.field`).", body = crate::api::CommitRefusal),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
 async fn commit(
     State(app): State<AppState>,
     Path(batch_id): Path<String>,
-    body: AppJson<CommitBody>,
+    body: AppJson<CommitRequest>,
 ) -> Result<Response> {
     let ev = evidence(body.value)?;
     Ok(decision(app.store.commit_batch(&batch_id, ev, body.canonical).await?))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FailBody {
-    stage: FailStage,
-    category: Option<FailCategory>,
-    message: Option<String>,
-}
-
-async fn fail(State(app): State<AppState>, Path(batch_id): Path<String>, body: AppJson<FailBody>) -> Result<Response> {
+#[utoipa::path(
+    post,
+    path = "/v1/batches/{batch_id}/fail",
+    tag = "batches",
+    operation_id = "failBatch",
+    summary = "Report that a batch failed",
+    description = "Marks the batch `failed`. A failure at stage `read` or `compute` (before any write) leaves the earlier version ready; at `write` or `verify` the partitions are not ready until a later batch publishes. Idempotent like commit: the identical body again returns the identical answer; a different decision is 409.",
+    params(
+        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+    ),
+    request_body = crate::api::FailRequest,
+    responses(
+        (status = 200, description = "The failed batch (or the replay of an identical report).", body = crate::store::BatchRecord),
+        (status = 400, response = crate::api::BadRequest),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 404, response = crate::api::BatchNotFound),
+        (status = 409, description = "`already_decided` or `superseded`. `lease_expired`: the lease scan abandoned the batch.", body = crate::api::ErrorBody),
+        (status = 413, response = crate::api::PayloadTooLarge),
+        (status = 415, response = crate::api::UnsupportedMediaType),
+        (status = 422, response = crate::api::Invalid),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
+async fn fail(
+    State(app): State<AppState>,
+    Path(batch_id): Path<String>,
+    body: AppJson<FailRequest>,
+) -> Result<Response> {
     let b = body.value;
     let report =
         FailReport { stage: b.stage, category: b.category.unwrap_or(FailCategory::Unknown), message: b.message };
     Ok(decision(app.store.fail_batch(&batch_id, report, body.canonical).await?))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/batches/{batch_id}",
+    tag = "batches",
+    operation_id = "getBatch",
+    summary = "Read a batch",
+    description = "The whole record: request, state, timestamps, partitions, checks and the ordered event list (started, heartbeat, committed/failed, superseded).",
+    params(
+        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+    ),
+    responses(
+        (status = 200, description = "The batch.", body = crate::store::BatchRecord),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 404, response = crate::api::BatchNotFound),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
 async fn read(State(app): State<AppState>, Path(batch_id): Path<String>) -> Result<Response> {
     match app.store.get_batch(&batch_id).await? {
         Some(rec) => Ok(Json(rec).into_response()),
@@ -312,7 +372,33 @@ async fn read(State(app): State<AppState>, Path(batch_id): Path<String>) -> Resu
 
 const MAX_PAGE: i64 = 500;
 
-async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>> {
+#[utoipa::path(
+    get,
+    path = "/v1/batches",
+    tag = "batches",
+    operation_id = "listBatches",
+    summary = "List batches",
+    description = "Batches matching every given filter, newest first, with keyset pagination. Items leave out `events`. An unknown or repeated query parameter is 422.",
+    params(
+        ("task" = Option<String>, Query, description = "Only this task's batches."),
+        ("dataset" = Option<String>, Query, description = "Only batches of this dataset."),
+        ("dt" = Option<chrono::NaiveDate>, Query, description = "Only batches of this data date (`YYYY-MM-DD`)."),
+        ("state" = Option<crate::domain::batch::BatchState>, Query, description = "Only batches in this state."),
+        ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Only batches started at or after this RFC 3339 time."),
+        ("until" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Only batches started before this RFC 3339 time."),
+        ("limit" = Option<i64>, Query, description = "Page size. Default 100.", minimum = 1, maximum = 500),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page (opaque; URL-encode it)."),
+    ),
+    responses(
+        (status = 200, description = "One page of batches.", body = crate::api::BatchPage),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 422, response = crate::api::Invalid),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
+async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<BatchPage>> {
     let mut p = Params::parse(raw.as_deref());
     let q = BatchQuery {
         task: p.one("task")?,
@@ -326,5 +412,5 @@ async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Js
     };
     p.finish()?;
     let page = app.store.list_batches(&q).await?;
-    Ok(Json(json!({"items": page.items, "next_cursor": page.next.as_ref().map(encode_cursor)})))
+    Ok(Json(BatchPage { items: page.items, next_cursor: page.next.as_ref().map(encode_cursor) }))
 }

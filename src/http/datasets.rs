@@ -5,15 +5,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::json;
 
 use super::error::AppJson;
 use super::AppState;
-use crate::domain::deadline::Deadline;
+use crate::api::{DatasetList, PolicyRequest};
 use crate::domain::names::DatasetName;
 use crate::domain::outbound::{AllowList, Refusal};
-use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
+use crate::domain::policy::DatasetPolicy;
 use crate::error::{Error, Result};
 
 pub fn router() -> Router<AppState> {
@@ -21,23 +19,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// A PUT replaces the whole policy: a field left out takes its default.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyBody {
-    tier: Option<Tier>,
-    write_mode: Option<WriteMode>,
-    unique_key: Option<Vec<String>>,
-    timezone: Option<String>,
-    max_volume_change: Option<f64>,
-    baseline_periods: Option<u32>,
-    allow_empty: Option<bool>,
-    owner: Option<String>,
-    max_partitions_per_batch: Option<u32>,
-    deadline: Option<Deadline>,
-    webhook_url: Option<String>,
-}
-
-fn policy(b: PolicyBody, webhook_allow: &AllowList) -> Result<DatasetPolicy> {
+fn policy(b: PolicyRequest, webhook_allow: &AllowList) -> Result<DatasetPolicy> {
     let d = DatasetPolicy::default();
     let unique_key = b.unique_key.unwrap_or_default();
     for (i, col) in unique_key.iter().enumerate() {
@@ -92,13 +74,56 @@ fn dataset_name(raw: &str) -> Result<DatasetName> {
     DatasetName::parse(raw).map_err(|e| Error::invalid("dataset", e.to_string()))
 }
 
-async fn put(State(app): State<AppState>, Path(name): Path<String>, body: AppJson<PolicyBody>) -> Result<Response> {
+#[utoipa::path(
+    put,
+    path = "/v1/datasets/{dataset}",
+    tag = "datasets",
+    operation_id = "putDataset",
+    summary = "Set a dataset's policy",
+    description = "Creates the dataset or replaces its whole policy: a field left out takes its default (`tier` standard, `write_mode` overwrite_partition, `unique_key` [], `timezone` UTC, `max_volume_change` 0.3, `baseline_periods` 7, `allow_empty` false).",
+    params(
+        ("dataset" = String, Path, description = "A target table, e.g. `dws.order_detail`.", min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.:-]+$", example = "dws.order_detail"),
+    ),
+    request_body = crate::api::PolicyRequest,
+    responses(
+        (status = 200, description = "The dataset's policy was replaced.", body = crate::store::DatasetRecord),
+        (status = 201, description = "The dataset was created.", body = crate::store::DatasetRecord),
+        (status = 400, response = crate::api::BadRequest),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 413, response = crate::api::PayloadTooLarge),
+        (status = 415, response = crate::api::UnsupportedMediaType),
+        (status = 422, description = "An invalid field (`invalid_field`, `unknown_field`, …; `details.field` names it), or `webhook_not_allowed`: `webhook_url` names a host the service may not call (`--webhook-allow`).", body = crate::api::ErrorBody),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
+async fn put(State(app): State<AppState>, Path(name): Path<String>, body: AppJson<PolicyRequest>) -> Result<Response> {
     let name = dataset_name(&name)?;
     let policy = policy(body.value, &app.webhook_allow)?;
     let (record, created) = app.store.put_dataset(&name, &policy).await?;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(record)).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{dataset}",
+    tag = "datasets",
+    operation_id = "getDataset",
+    summary = "Read a dataset's policy",
+    params(
+        ("dataset" = String, Path, description = "A target table, e.g. `dws.order_detail`.", min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.:-]+$", example = "dws.order_detail"),
+    ),
+    responses(
+        (status = 200, description = "The dataset.", body = crate::store::DatasetRecord),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 404, description = "No such dataset (`dataset_not_found`).", body = crate::api::ErrorBody),
+        (status = 422, description = "The dataset name is invalid (`invalid_field`).", body = crate::api::ErrorBody),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
 async fn read(State(app): State<AppState>, Path(name): Path<String>) -> Result<Response> {
     let name = dataset_name(&name)?;
     match app.store.get_dataset(name.as_str()).await? {
@@ -107,6 +132,21 @@ async fn read(State(app): State<AppState>, Path(name): Path<String>) -> Result<R
     }
 }
 
-async fn list(State(app): State<AppState>) -> Result<Json<serde_json::Value>> {
-    Ok(Json(json!({"items": app.store.list_datasets().await?})))
+#[utoipa::path(
+    get,
+    path = "/v1/datasets",
+    tag = "datasets",
+    operation_id = "listDatasets",
+    summary = "List datasets",
+    description = "Every dataset with its policy, by name.",
+    responses(
+        (status = 200, description = "All datasets.", body = crate::api::DatasetList),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
+async fn list(State(app): State<AppState>) -> Result<Json<DatasetList>> {
+    Ok(Json(DatasetList { items: app.store.list_datasets().await? }))
 }

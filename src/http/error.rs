@@ -21,7 +21,7 @@ use crate::error::Error;
 pub struct LoggedError(pub String);
 
 pub fn error_body(code: &str, message: &str, details: Value) -> Value {
-    json!({"error": {"code": code, "message": message, "details": details}})
+    serde_json::to_value(crate::api::ErrorBody::new(code, message, details)).expect("an error body serialises")
 }
 
 impl IntoResponse for Error {

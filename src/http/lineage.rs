@@ -4,10 +4,11 @@
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
+use crate::api::{Change, ChangePage, LineageView};
 use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::error::{Error, Result};
 use crate::store::Direction;
@@ -18,7 +19,26 @@ pub fn router() -> Router<AppState> {
 
 const MAX_DEPTH: u32 = 20;
 
-async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>> {
+#[utoipa::path(
+    get,
+    path = "/v1/lineage",
+    tag = "lineage",
+    operation_id = "getLineage",
+    summary = "The graph of partitions a partition was built from, or built into",
+    params(
+        ("dataset" = String, Query),
+        ("partition" = String, Query),
+        ("direction" = Option<crate::store::Direction>, Query, description = "Default \"downstream\"."),
+        ("depth" = Option<i64>, Query, description = "1 to 20 Default 5.", minimum = 1, maximum = 20),
+    ),
+    responses(
+        (status = 200, description = "Nodes with state and version; edges with the version read and the current one.", body = crate::api::LineageView),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 422, description = "A malformed parameter.", body = crate::api::ErrorBody),
+    ),
+)]
+async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<LineageView>> {
     let mut p = Params::parse(raw.as_deref());
     let dataset = p.required("dataset")?;
     DatasetName::parse(&dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
@@ -42,16 +62,34 @@ async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
     };
     p.finish()?;
     let graph = app.store.lineage(&dataset, &partition, direction, depth).await?;
-    Ok(Json(json!({"dataset": dataset, "partition": partition,
-        "direction": if direction == Direction::Upstream { "upstream" } else { "downstream" },
-        "nodes": graph.nodes, "edges": graph.edges})))
+    Ok(Json(LineageView { dataset, partition, direction, nodes: graph.nodes, edges: graph.edges }))
 }
 
 /// A consumer stores `next_cursor` and passes it back as `after`: it never
 /// misses or reads twice a change, across restarts and replicas, because
 /// changes are numbered in commit order. A cursor into history pruned by
 /// `--retain` is `410 cursor_expired`, never a silent gap.
-async fn changes(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>> {
+#[utoipa::path(
+    get,
+    path = "/v1/changes",
+    tag = "lineage",
+    operation_id = "listChanges",
+    summary = "The feed of readiness changes, in commit order",
+    description = "Every change of a partition's readiness: `published` (first version), `restated` (a later version), `invalidated`, `stale`, `fresh_again`. A consumer that stores `next_cursor` and passes it as `after` never misses or reads twice a change, across restarts and replicas. Changes older than the retention period (`--retain`, default 400 days) are pruned; a cursor that points into pruned history is `410 cursor_expired`, never a silent gap.",
+    params(
+        ("after" = Option<String>, Query, description = "A cursor from an earlier page (URL-encoded)."),
+        ("dataset" = Option<String>, Query),
+        ("limit" = Option<i64>, Query, description = "1 to 1000 Default 100.", minimum = 1, maximum = 1000),
+    ),
+    responses(
+        (status = 200, description = "A page of changes.", body = crate::api::ChangePage),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 410, description = "`cursor_expired`: changes after this cursor were pruned (`--retain`); read the current state again and continue without `after`.", body = crate::api::ErrorBody),
+        (status = 422, description = "A malformed parameter.", body = crate::api::ErrorBody),
+    ),
+)]
+async fn changes(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<ChangePage>> {
     let mut p = Params::parse(raw.as_deref());
     let after_raw = p.one("after")?;
     let after = after_raw.as_deref().map(|c| decode_cursor::<(i64,)>(c).map(|(id,)| id)).transpose()?.unwrap_or(0);
@@ -73,14 +111,7 @@ async fn changes(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
         });
     }
     let cursor_of = |id: i64| encode_cursor(&json!([id]));
-    let next = items.last().map_or_else(|| cursor_of(after), |c| cursor_of(c.id));
-    let items: Vec<Value> = items
-        .iter()
-        .map(|c| {
-            let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
-            v["cursor"] = json!(cursor_of(c.id));
-            v
-        })
-        .collect();
-    Ok(Json(json!({"items": items, "next_cursor": next})))
+    let next_cursor = items.last().map_or_else(|| cursor_of(after), |c| cursor_of(c.id));
+    let items = items.into_iter().map(|change| Change { cursor: cursor_of(change.id), change }).collect();
+    Ok(Json(ChangePage { items, next_cursor }))
 }

@@ -23,6 +23,19 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(scrape))
 }
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "service",
+    operation_id = "getMetrics",
+    summary = "Prometheus metrics",
+    description = "This instance's metrics in the Prometheus text format (version 0.0.4): HTTP requests by route template and status, `/ready` answers by outcome, long-poll waiters, decided batches and failed checks by dataset tier, commit duration, late partitions, the webhook outbox, the readiness cache and the database pool. The gauges that need the database are read at each scrape. See the README for the full list.",
+    responses(
+        (status = 200, description = "The metrics.", body = String, content_type = "text/plain; version=0.0.4; charset=utf-8"),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+    ),
+)]
 async fn scrape(State(app): State<AppState>) -> Response {
     match tokio::time::timeout(GAUGE_TIMEOUT, app.store.gauges()).await {
         Ok(Ok(g)) => app.metrics.set_store_gauges(&g),

@@ -1,21 +1,21 @@
 //! HTTP: the router, its layers, and one module per resource.
 
-mod alerts;
-mod audit;
-mod batches;
-mod datasets;
+pub(crate) mod alerts;
+pub(crate) mod audit;
+pub(crate) mod batches;
+pub(crate) mod datasets;
 pub mod error;
-mod lineage;
-mod metrics;
-mod openlineage;
-mod partitions;
+pub(crate) mod lineage;
+pub(crate) mod metrics;
+pub(crate) mod openlineage;
+pub(crate) mod partitions;
 mod query;
-mod ready;
-mod repairs;
-mod service;
+pub(crate) mod ready;
+pub(crate) mod repairs;
+pub(crate) mod service;
 mod strict_json;
 mod strict_url;
-mod tokens;
+pub(crate) mod tokens;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

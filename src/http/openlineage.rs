@@ -64,6 +64,25 @@ impl BatchOutcome {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/lineage",
+    tag = "openlineage",
+    operation_id = "postLineageEvent",
+    summary = "Receive an OpenLineage RunEvent",
+    description = "Point an OpenLineage HTTP transport here: `OPENLINEAGE_URL` is the service's base URL (the transport's default endpoint is `api/v1/lineage`). Every event is stored as received, with the answer below.\n\nKeyed by `run.runId`, one batch per output dataset (Idempotency-Key `openlineage:<runId>:<dataset>`, `run_ref` the runId):\n- `START` starts a batch. Task: `job.name` with characters outside `[A-Za-z0-9_.-]` replaced by `_`. Dataset: the output's `name`, or, for a table named by its location (Spark), its `symlinks` `TABLE` identifier. Data date: `run.facets.nominalTime.nominalStartTime` in the dataset's `timezone` (a time without offset is read as wall-clock time there). Partitions: the `subset` output facet's `partition` condition (`k=v/…` from each partition's dimensions, in order, or its identifier), else `dt=<dt>`. The scope records the business window and the OpenLineage namespaces and names.\n- `COMPLETE` commits the run's batches through the same checks as `POST /v1/batches/{batch_id}/commit`, with marker `openlineage:<runId>`: `rows_written` from `outputStatistics.rowCount`, `row_count` from `dataQualityMetrics.rowCount` (each standing in for the other when only one is sent), `distinct_keys`/`null_keys` from the `columnMetrics` of the dataset's `unique_key` column, metrics from each column's `sum`. An event without counts, or whose counts cover several partitions, commits nothing: the batch stays running.\n- `FAIL` and `ABORT` fail all of the run's batches with stage `write`, category `unknown` and the `errorMessage` facet's message.\n- `RUNNING` and `OTHER` are recorded only.\n\nRepeats are idempotent: a repeated `START` names the same batch, a repeated `COMPLETE` or `FAIL` replays the decision. Whatever the intake cannot do (no outputs, no nominal time, no batch for the run, a batch in progress, a rejected commit) is answered 200 with `warnings`: OpenLineage clients do not read answers, and a rejected commit shows as the batch's state `rejected` with its failed checks.",
+    request_body = crate::api::OpenLineageRunEvent,
+    responses(
+        (status = 200, description = "The event was stored; what it did to the registry.", body = crate::api::LineageAnswer),
+        (status = 400, response = crate::api::BadRequest),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 413, response = crate::api::PayloadTooLarge),
+        (status = 415, response = crate::api::UnsupportedMediaType),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
+    ),
+)]
 async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>> {
     // Any JSON is taken, but not a repeated key, a NUL or an infinite number.
     super::strict_json::read(&body)?;

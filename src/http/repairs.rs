@@ -7,10 +7,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
 
 use super::error::AppJson;
 use super::AppState;
+use crate::api::RepairRequest;
 use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::domain::repair::RepairAction;
 use crate::error::{Error, Result};
@@ -20,16 +20,23 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/v1/repairs", post(create)).route("/v1/repairs/{id}", get(read))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RepairBody {
-    dataset: String,
-    partitions: Vec<String>,
-    action: String,
-    reason: String,
-}
-
-async fn create(State(app): State<AppState>, body: AppJson<RepairBody>) -> Result<Response> {
+#[utoipa::path(
+    post,
+    path = "/v1/repairs",
+    tag = "lineage",
+    operation_id = "createRepair",
+    summary = "Plan a repair",
+    request_body = crate::api::RepairRequest,
+    responses(
+        (status = 201, description = "The plan.", body = serde_json::Value),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 404, description = "`dataset_not_found`.", body = crate::api::ErrorBody),
+        (status = 415, response = crate::api::UnsupportedMediaType),
+        (status = 422, description = "A malformed field (`details.field`).", body = crate::api::ErrorBody),
+    ),
+)]
+async fn create(State(app): State<AppState>, body: AppJson<RepairRequest>) -> Result<Response> {
     let b = body.value;
     let dataset = DatasetName::parse(&b.dataset).map_err(|e| Error::invalid("dataset", e.to_string()))?;
     if b.partitions.is_empty() {
@@ -60,6 +67,22 @@ async fn create(State(app): State<AppState>, body: AppJson<RepairBody>) -> Resul
     Ok((StatusCode::CREATED, Json(plan)).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/repairs/{id}",
+    tag = "lineage",
+    operation_id = "getRepair",
+    summary = "A repair plan with its progress",
+    params(
+        ("id" = i64, Path),
+    ),
+    responses(
+        (status = 200, description = "The plan and `progress`.", body = serde_json::Value),
+        (status = 401, response = crate::api::Unauthenticated),
+        (status = 403, response = crate::api::Forbidden),
+        (status = 404, description = "`repair_not_found`.", body = crate::api::ErrorBody),
+    ),
+)]
 async fn read(State(app): State<AppState>, Path(id): Path<String>) -> Result<Response> {
     let not_found = || Error::not_found("repair_not_found", format!("no repair plan {id:?}"));
     let n: i64 = id.parse().map_err(|_| not_found())?;

@@ -70,23 +70,35 @@ pub(super) const ALERT_COLUMNS: &str =
     "id, kind, state, severity, task, dataset, dt, partitions, batch_id, stage, category, \
      failing_checks, downstream, owner, recommended_action, retryable, message, raised_at, resolved_at";
 
-/// An alert as the API and the webhooks show it.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+/// An alert: raised once per cause, resolved when every partition it names
+/// is ready. Also POSTed to webhooks (BATCHGATE_WEBHOOK_URL and the
+/// dataset's webhook_url) with an `Idempotency-Key: batchgate-alert-<id>`
+/// header, at least once, with exponential backoff.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[schema(as = Alert)]
 pub struct AlertRecord {
     pub id: i64,
+    #[schema(value_type = crate::domain::alerts::AlertKind)]
     pub kind: String,
+    #[schema(value_type = crate::api::schemas::AlertState)]
     pub state: String,
+    /// From the dataset tier: core → critical, standard → warning, scratch → info.
+    #[schema(value_type = crate::domain::alerts::Severity)]
     pub severity: String,
     pub task: Option<String>,
     pub dataset: String,
     pub dt: Option<NaiveDate>,
+    #[schema(value_type = Vec<String>)]
     pub partitions: Json<Vec<String>>,
     pub batch_id: Option<String>,
     pub stage: Option<String>,
     pub category: Option<String>,
+    #[schema(value_type = Vec<crate::domain::checks::CheckResult>)]
     pub failing_checks: Json<Value>,
+    #[schema(value_type = Vec<Object>)]
     pub downstream: Json<Value>,
     pub owner: Option<String>,
+    #[schema(value_type = crate::api::schemas::RecommendedAction)]
     pub recommended_action: String,
     pub retryable: bool,
     pub message: String,

@@ -31,7 +31,7 @@ pub(super) struct Ripple {
 }
 
 /// An input of a batch, resolved to the version it will read.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct InputRecord {
     pub dataset: String,
     pub partition: String,
@@ -325,10 +325,11 @@ async fn propagate(
 }
 
 /// A readiness change, as the feed lists it.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ChangeRecord {
     #[serde(skip)]
     pub id: i64,
+    #[schema(value_type = crate::api::schemas::ChangeKind)]
     pub kind: String,
     pub dataset: String,
     #[serde(rename = "partition")]
@@ -337,17 +338,20 @@ pub struct ChangeRecord {
     pub version: i64,
     pub batch_id: Option<String>,
     pub at: DateTime<Utc>,
+    /// `reason` of an invalidation; `upstream` of a stale change.
+    #[schema(value_type = Option<Object>)]
     pub detail: Option<Json<Value>>,
 }
 
 /// Which way to walk the lineage graph.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Direction {
     Upstream,
     Downstream,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct LineageNode {
     pub dataset: String,
     pub partition: String,
@@ -358,9 +362,11 @@ pub struct LineageNode {
     pub depth: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct LineageEdge {
+    #[schema(value_type = crate::api::InputRef)]
     pub from: Value,
+    #[schema(value_type = crate::api::InputRef)]
     pub to: Value,
     /// The version of `from` that `to`'s batch read.
     pub input_version: i64,

@@ -79,10 +79,14 @@ pub struct StartBatch {
 }
 
 /// The answer to a start.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = StartResponse)]
 pub struct Started {
     pub batch_id: String,
+    /// The attempt number: counts attempts of this task for this dt from 1, gap-free.
+    #[schema(minimum = 1)]
     pub seq: i64,
+    /// `running` for a new batch; an `Idempotency-Key` replay reports the batch's current state.
     pub state: BatchState,
     pub lease_expires_at: DateTime<Utc>,
     pub residue: Vec<Residue>,
@@ -109,7 +113,8 @@ pub struct Decision {
     pub body: Value,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// The lease after a heartbeat.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Lease {
     pub batch_id: String,
     pub state: BatchState,

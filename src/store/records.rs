@@ -80,37 +80,55 @@ pub(super) struct EventRow {
     pub detail: Option<Json<Value>>,
 }
 
-/// One partition of a batch, with what the batch reported for it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One partition of a batch (its `task_produce_log` row), with what the batch reported for it.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct BatchPartition {
     pub partition: String,
+    /// This partition's status in the batch: `superseded` once a newer batch
+    /// re-published this partition.
+    #[schema(value_type = BatchState)]
     pub status: String,
     pub rows_written: Option<i64>,
     pub row_count: Option<i64>,
     pub distinct_keys: Option<i64>,
     pub null_keys: Option<i64>,
+    /// Named numeric metrics, e.g. `{"amount": 98765432.10}`.
+    #[schema(value_type = Option<std::collections::BTreeMap<String, f64>>)]
     pub metrics: Option<Value>,
+    /// The partition version this batch published; null unless it published.
     pub version: Option<i64>,
     pub finish_time: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// What a failed batch reported.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Failure {
+    #[schema(value_type = crate::domain::batch::FailStage)]
     pub stage: String,
+    #[schema(value_type = Option<crate::domain::batch::FailCategory>)]
     pub category: Option<String>,
     pub message: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One entry of a batch's history, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Event {
+    #[schema(value_type = crate::api::schemas::EventKind)]
     pub kind: String,
     pub at: DateTime<Utc>,
+    /// Kind-specific detail, e.g. the residue at `started`, the state and
+    /// failed checks at `committed`, the newer batch at
+    /// `superseded`/`abandoned`. Heartbeats are summed up in one `heartbeat`
+    /// event at the first one, whose detail is `{first_at, last_at, count,
+    /// lease_expires_at}`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Value)]
     pub detail: Option<Value>,
 }
 
-/// A batch as `GET /v1/batches/{batch_id}` returns it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A batch: its request, state, timestamps, partitions, checks and (when
+/// read one at a time) its events.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct BatchRecord {
     pub batch_id: String,
     pub task: String,
@@ -118,19 +136,28 @@ pub struct BatchRecord {
     pub dt: NaiveDate,
     pub seq: i64,
     pub state: BatchState,
+    #[schema(value_type = crate::domain::batch::Trigger)]
     pub trigger: String,
     pub run_ref: Option<String>,
+    /// As given at start.
+    #[schema(value_type = Option<Object>)]
     pub scope: Option<Value>,
     pub idempotency_key: Option<String>,
     pub lease_seconds: i64,
     pub lease_expires_at: DateTime<Utc>,
     pub started_at: DateTime<Utc>,
     pub decided_at: Option<DateTime<Utc>>,
+    /// In partition-name order.
     pub partitions: Vec<BatchPartition>,
     pub marker: Option<String>,
+    /// The `source` evidence of the commit.
+    #[schema(value_type = Option<crate::api::SourceStats>)]
     pub source: Option<Value>,
+    /// Empty until the batch is committed.
+    #[schema(value_type = Vec<crate::domain::checks::CheckResult>)]
     pub checks: Value,
     pub failure: Option<Failure>,
+    /// The batch that superseded or abandoned this one.
     pub superseded_by: Option<String>,
     /// When the task reported that its write to the target committed.
     pub written_at: Option<DateTime<Utc>>,
@@ -138,8 +165,10 @@ pub struct BatchRecord {
     pub inputs: Vec<InputRecord>,
     pub allow_unready_inputs: bool,
     pub repair_id: Option<i64>,
-    /// Left out of listings.
+    /// Ordered history (started, heartbeat, committed/failed, superseded, …).
+    /// Present on a single batch, left out of listings.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<Event>)]
     pub events: Option<Vec<Event>>,
 }
 
@@ -202,12 +231,13 @@ impl BatchRecord {
 }
 
 /// A partition's current standing.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct PartitionRecord {
     pub dataset: String,
     #[serde(rename = "partition")]
     #[sqlx(rename = "partition_spec")]
     pub partition: String,
+    /// The data date of the batch that last named the partition.
     pub dt: NaiveDate,
     /// What the latest table-touching batch says; [`PartitionRecord::fitness`]
     /// adds invalidation and staleness.
@@ -216,7 +246,9 @@ pub struct PartitionRecord {
     pub batch_id: Option<String>,
     /// Published versions so far; 0 before the first publish.
     pub version: i64,
+    /// The batch that published the current version.
     pub published_batch_id: Option<String>,
+    /// `row_count` of the current published version.
     #[serde(rename = "row_count")]
     #[sqlx(rename = "published_row_count")]
     pub row_count: Option<i64>,
@@ -224,6 +256,7 @@ pub struct PartitionRecord {
     pub updated_at: DateTime<Utc>,
     /// Set while the current version was built on upstream data that has
     /// since been restated or invalidated: names that upstream partition.
+    #[schema(value_type = Option<Object>)]
     pub stale_upstream: Option<Json<Value>>,
     /// Set while the partition is taken out of service.
     pub invalidated_reason: Option<String>,
@@ -294,10 +327,14 @@ impl PartitionRecord {
 }
 
 /// An earlier batch that did not publish and may have left rows behind.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+/// Delete its rows (`DELETE … WHERE batch_id IN (…)`) before writing.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Residue {
     pub batch_id: String,
+    /// `abandoned`, `rejected` or `failed`.
+    #[schema(value_type = BatchState)]
     pub state: String,
+    /// The partitions of this start that the batch may have left rows in.
     pub partitions: Vec<String>,
 }
 
@@ -341,8 +378,10 @@ impl DatasetRow {
     }
 }
 
-/// A dataset and its policy.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A dataset and its policy. A dataset is created by its first batch start
+/// (with the default policy) or by a PUT.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[schema(as = Dataset)]
 pub struct DatasetRecord {
     pub dataset: String,
     pub tier: Tier,

@@ -15,15 +15,19 @@ use crate::error::{Error, Result};
 /// be one no dataset can have.
 pub const TOKENS_CHANGED: &str = "#tokens";
 
-/// A token as stored: never the secret, only its hash.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// A token as listed: never the secret, only its hash is stored.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[schema(as = Token)]
 pub struct TokenRecord {
     pub name: String,
     #[serde(skip)]
     pub secret_hash: String,
+    /// `read`, `produce:<glob>`, `operate:<glob>` or `admin`.
+    #[schema(value_type = Vec<String>)]
     pub scopes: Json<Vec<String>>,
     pub created_at: DateTime<Utc>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Updated at most once a minute.
     pub last_used_at: Option<DateTime<Utc>>,
 }
 
@@ -48,16 +52,21 @@ pub struct AuditEntry {
     pub status: u16,
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+/// One write, who made it and how it ended.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct AuditRecord {
     pub id: i64,
     pub at: DateTime<Utc>,
+    /// A token's name, `jwt:<sub>`, `bootstrap`, `anonymous` (auth off) or `cli:<user>`.
     pub actor: String,
+    /// The `x-request-id` of the write.
     pub request_id: String,
+    #[schema(example = "batch.commit")]
     pub action: String,
     pub method: String,
     pub path: String,
     pub dataset: Option<String>,
+    /// The HTTP status the write was answered with (refusals included).
     pub status: i64,
 }
 

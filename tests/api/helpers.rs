@@ -206,8 +206,9 @@ impl TestApp {
         }
     }
 
+    /// Every answer is checked against the spec ([`crate::conformance`]).
     pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
-        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        let mut req = self.client.request(method.clone(), format!("{}{path}", self.base));
         if let Some(b) = body {
             req = req.json(b);
         }
@@ -215,6 +216,7 @@ impl TestApp {
         let status = resp.status();
         let text = resp.text().await.expect("body");
         let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body for {path}: {text:?}"));
+        crate::conformance::check(method.as_str(), path, status.as_u16(), &value);
         (status, value)
     }
 
@@ -237,7 +239,9 @@ impl TestApp {
             .await
             .expect("request");
         let status = resp.status();
-        (status, resp.json().await.expect("JSON body"))
+        let value: Value = resp.json().await.expect("JSON body");
+        crate::conformance::check("POST", path, status.as_u16(), &value);
+        (status, value)
     }
 
     /// Posts a body over the limit. The service answers 413 from the
@@ -255,7 +259,9 @@ impl TestApp {
                 .await;
             if let Ok(resp) = sent {
                 let status = resp.status();
-                return (status, resp.json().await.expect("JSON body"));
+                let value: Value = resp.json().await.expect("JSON body");
+                crate::conformance::check("POST", path, status.as_u16(), &value);
+                return (status, value);
             }
         }
         panic!("no answer to an oversized body in five tries");
@@ -287,7 +293,11 @@ impl TestApp {
     /// The raw bytes of a `/ready` answer, for substring matching.
     pub async fn ready_text(&self, query: &str) -> (StatusCode, String) {
         let resp = self.client.get(format!("{}/ready?{query}", self.base)).send().await.expect("request");
-        (resp.status(), resp.text().await.expect("body"))
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON /ready answer: {text:?}"));
+        crate::conformance::check("GET", "/ready", status.as_u16(), &value);
+        (status, text)
     }
 
     pub async fn put_dataset(&self, dataset: &str, policy: &Value) -> Value {
@@ -467,12 +477,14 @@ impl Authed<'_> {
         req.send().await.expect("request")
     }
 
+    /// Every answer is checked against the spec ([`crate::conformance`]).
     pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> (StatusCode, Value) {
-        let resp = self.send(method, path, body).await;
+        let resp = self.send(method.clone(), path, body).await;
         let status = resp.status();
         let text = resp.text().await.expect("body");
         let value =
             if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        crate::conformance::check(method.as_str(), path, status.as_u16(), &value);
         (status, value)
     }
 

@@ -10,6 +10,7 @@ mod bad_input;
 mod checks;
 mod cli;
 mod concurrency;
+mod conformance;
 mod console;
 mod crash;
 mod edge;

@@ -54,6 +54,33 @@ pub(crate) fn routes_in(dir: &str) -> BTreeSet<(String, String)> {
     out
 }
 
+/// `openapi/openapi.json` is what the code generates: regenerate it with
+/// `cargo run -- openapi > openapi/openapi.json` (or run this test with
+/// `BATCHGATE_WRITE_OPENAPI=1`) and commit it.
+#[test]
+fn the_committed_spec_is_the_generated_one() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json");
+    let generated = batchgate::api::openapi::json();
+    if std::env::var_os("BATCHGATE_WRITE_OPENAPI").is_some() {
+        std::fs::write(path, &generated).expect("write openapi/openapi.json");
+        return;
+    }
+    let committed = std::fs::read_to_string(path).expect("openapi/openapi.json");
+    if committed != generated {
+        let (line, (ours, theirs)) = committed
+            .lines()
+            .zip(generated.lines())
+            .enumerate()
+            .find(|(_, (a, b))| a != b)
+            .unwrap_or((committed.lines().count().min(generated.lines().count()), ("<end>", "<end>")));
+        panic!(
+            "openapi/openapi.json is not what the code generates (first difference at line {}:\n  committed: {ours}\n  generated: {theirs}\n); \
+             regenerate it with `cargo run -- openapi > openapi/openapi.json` and commit it",
+            line + 1
+        );
+    }
+}
+
 fn operations_in_spec(spec: &Value) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
     for (path, item) in spec["paths"].as_object().expect("paths") {
