@@ -66,7 +66,8 @@ pub struct PayloadTooLarge(ErrorBody);
 /// A missing, invalid, mistyped, unknown or repeated field or query parameter
 /// (`missing_field`, `invalid_field`, `invalid_type`, `unknown_field`,
 /// `duplicate_field`, `invalid_partition`); `details.field` names it. A
-/// repeated single-valued query parameter is refused too.
+/// repeated single-valued query parameter is refused too, and so is a NUL
+/// (`%00`) in any path segment or query parameter (`invalid_field`).
 #[derive(ToResponse)]
 #[allow(dead_code)]
 pub struct Invalid(ErrorBody);

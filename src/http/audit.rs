@@ -34,6 +34,8 @@ pub fn router() -> Router<AppState> {
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 422, response = crate::api::Invalid),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<AuditPage>> {

@@ -193,6 +193,7 @@ async fn start(State(app): State<AppState>, headers: HeaderMap, body: AppJson<St
         (status = 403, response = crate::api::Forbidden),
         (status = 404, response = crate::api::BatchNotFound),
         (status = 409, description = "`batch_not_running`: the batch is no longer running; `details` give its state and `superseded_by`.", body = crate::api::ErrorBody),
+        (status = 422, response = crate::api::Invalid),
         (status = 500, response = crate::api::StorageError),
         (status = 503, response = crate::api::StorageUnavailable),
     ),
@@ -216,12 +217,16 @@ async fn heartbeat(State(app): State<AppState>, Path(batch_id): Path<String>) ->
     request_body = crate::api::WrittenRequest,
     responses(
         (status = 200, description = "The batch record.", body = crate::store::BatchRecord),
+        (status = 400, response = crate::api::BadRequest),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 404, response = crate::api::BatchNotFound),
         (status = 409, description = "`batch_not_running`.", body = crate::api::ErrorBody),
+        (status = 413, response = crate::api::PayloadTooLarge),
         (status = 415, response = crate::api::UnsupportedMediaType),
         (status = 422, description = "`unknown_partition`: not a partition the batch declared; or a malformed body.", body = crate::api::ErrorBody),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn written(
@@ -359,6 +364,7 @@ async fn fail(
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 404, response = crate::api::BatchNotFound),
+        (status = 422, response = crate::api::Invalid),
         (status = 500, response = crate::api::StorageError),
         (status = 503, response = crate::api::StorageUnavailable),
     ),

@@ -143,6 +143,7 @@ async fn read(State(app): State<AppState>, Path(name): Path<String>) -> Result<R
         (status = 200, description = "All datasets.", body = crate::api::DatasetList),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
+        (status = 422, response = crate::api::Invalid),
         (status = 500, response = crate::api::StorageError),
         (status = 503, response = crate::api::StorageUnavailable),
     ),

@@ -36,6 +36,8 @@ const MAX_DEPTH: u32 = 20;
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 422, description = "A malformed parameter.", body = crate::api::ErrorBody),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<LineageView>> {
@@ -87,6 +89,8 @@ async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
         (status = 403, response = crate::api::Forbidden),
         (status = 410, description = "`cursor_expired`: changes after this cursor were pruned (`--retain`); read the current state again and continue without `after`.", body = crate::api::ErrorBody),
         (status = 422, description = "A malformed parameter.", body = crate::api::ErrorBody),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn changes(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<ChangePage>> {

@@ -34,6 +34,7 @@ pub fn router() -> Router<AppState> {
         (status = 200, description = "The metrics.", body = String, content_type = "text/plain; version=0.0.4; charset=utf-8"),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
+        (status = 422, response = crate::api::Invalid),
     ),
 )]
 async fn scrape(State(app): State<AppState>) -> Response {

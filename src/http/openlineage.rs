@@ -79,6 +79,7 @@ impl BatchOutcome {
         (status = 403, response = crate::api::Forbidden),
         (status = 413, response = crate::api::PayloadTooLarge),
         (status = 415, response = crate::api::UnsupportedMediaType),
+        (status = 422, response = crate::api::Invalid),
         (status = 500, response = crate::api::StorageError),
         (status = 503, response = crate::api::StorageUnavailable),
     ),

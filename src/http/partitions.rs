@@ -76,11 +76,15 @@ async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Js
     request_body = crate::api::InvalidateRequest,
     responses(
         (status = 200, description = "Invalidated.", body = crate::api::Invalidated),
+        (status = 400, response = crate::api::BadRequest),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 404, description = "`partition_not_found`: no batch ever wrote it.", body = crate::api::ErrorBody),
+        (status = 413, response = crate::api::PayloadTooLarge),
         (status = 415, response = crate::api::UnsupportedMediaType),
         (status = 422, description = "Missing reason or malformed partition.", body = crate::api::ErrorBody),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn invalidate(

@@ -29,11 +29,15 @@ pub fn router() -> Router<AppState> {
     request_body = crate::api::RepairRequest,
     responses(
         (status = 201, description = "The plan.", body = serde_json::Value),
+        (status = 400, response = crate::api::BadRequest),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 404, description = "`dataset_not_found`.", body = crate::api::ErrorBody),
+        (status = 413, response = crate::api::PayloadTooLarge),
         (status = 415, response = crate::api::UnsupportedMediaType),
         (status = 422, description = "A malformed field (`details.field`).", body = crate::api::ErrorBody),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn create(State(app): State<AppState>, body: AppJson<RepairRequest>) -> Result<Response> {
@@ -81,6 +85,9 @@ async fn create(State(app): State<AppState>, body: AppJson<RepairRequest>) -> Re
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 404, description = "`repair_not_found`.", body = crate::api::ErrorBody),
+        (status = 422, response = crate::api::Invalid),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn read(State(app): State<AppState>, Path(id): Path<String>) -> Result<Response> {

@@ -29,6 +29,8 @@ pub fn router() -> Router<AppState> {
     description = "Checks that the database answers.",
     responses(
         (status = 200, description = "The service and its database are up.", body = crate::api::Health),
+        (status = 503, description = "The database does not answer (`storage_unavailable` in `error`).", body = crate::api::Health),
+        (status = 422, response = crate::api::Invalid),
         (status = 503, description = "The database does not answer; `error.code` is `storage_unavailable`.", body = crate::api::Health),
     ),
 )]
@@ -62,6 +64,7 @@ async fn healthz(State(app): State<AppState>) -> Response {
     summary = "This OpenAPI document",
     responses(
         (status = 200, description = "The OpenAPI 3.1 document describing this API.", body = Object),
+        (status = 422, response = crate::api::Invalid),
     ),
 )]
 async fn openapi() -> Response {

@@ -26,11 +26,15 @@ pub fn router() -> Router<AppState> {
     request_body = crate::api::TokenCreateRequest,
     responses(
         (status = 201, description = "Made.", body = crate::api::TokenCreated),
+        (status = 400, response = crate::api::BadRequest),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 409, description = "`token_exists`: the name is taken.", body = crate::api::ErrorBody),
+        (status = 413, response = crate::api::PayloadTooLarge),
         (status = 415, response = crate::api::UnsupportedMediaType),
         (status = 422, response = crate::api::Invalid),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn create(State(app): State<AppState>, body: AppJson<TokenCreateRequest>) -> Result<Response> {
@@ -58,6 +62,9 @@ async fn create(State(app): State<AppState>, body: AppJson<TokenCreateRequest>) 
         (status = 200, description = "Every token, by name.", body = crate::api::TokenList),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
+        (status = 422, response = crate::api::Invalid),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn list(State(app): State<AppState>) -> Result<Json<TokenList>> {
@@ -78,6 +85,9 @@ async fn list(State(app): State<AppState>) -> Result<Json<TokenList>> {
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 404, description = "`token_not_found`.", body = crate::api::ErrorBody),
+        (status = 422, response = crate::api::Invalid),
+        (status = 500, response = crate::api::StorageError),
+        (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
 async fn revoke(State(app): State<AppState>, Path(name): Path<String>) -> Result<Response> {
