@@ -26,22 +26,25 @@
 //! Run: `cargo bench --bench ready` (beside another build in the same checkout,
 //! add `CARGO_TARGET_DIR=<another dir>` so the two do not wait on each other).
 
+#[path = "common/load.rs"]
+mod load;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use axum::routing::get;
 use axum::{Json, Router};
 use batchgate::clock::SystemClock;
 use batchgate::config::Settings;
 use chrono::{DateTime, Days, NaiveDate, Utc};
+use load::{CpuTicks, Load, Tally};
 use serde_json::{json, Value};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteSynchronous};
 use sqlx::{Connection, Executor, PgConnection, SqliteConnection};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// The registry holds `DATASETS × DAYS` batches, each publishing one partition.
@@ -347,198 +350,25 @@ fn requests() -> Result<Vec<Vec<u8>>> {
         .collect()
 }
 
-/// What a server did under load.
-struct Load {
-    /// Every request sent, warm-up included.
-    sent: usize,
-    /// Answers other than 200, warm-up included.
-    non_ok: usize,
-    rps: f64,
-    /// The slowest and fastest measured window.
-    rps_min: f64,
-    rps_max: f64,
-    p50: Duration,
-    p99: Duration,
-}
-
-/// Requests and answers, of one connection or added up.
-#[derive(Default)]
-struct Tally {
-    sent: usize,
-    non_ok: usize,
-    /// Microseconds, of the requests sent in measured windows.
-    latencies: Vec<u32>,
-    /// Requests per second of each measured window.
-    window_rps: Vec<f64>,
-}
-
-impl Tally {
-    fn add(&mut self, other: Tally) {
-        self.sent += other.sent;
-        self.non_ok += other.non_ok;
-        self.latencies.extend(other.latencies);
-        self.window_rps.extend(other.window_rps);
-    }
-
-    fn summary(mut self) -> Result<Load> {
-        ensure!(!self.latencies.is_empty(), "no request completed in a measured window");
-        self.latencies.sort_unstable();
-        let windows = self.window_rps.iter().copied();
-        Ok(Load {
-            sent: self.sent,
-            non_ok: self.non_ok,
-            rps: self.latencies.len() as f64 / (WINDOW.as_secs_f64() * self.window_rps.len() as f64),
-            rps_min: windows.clone().fold(f64::INFINITY, f64::min),
-            rps_max: windows.fold(0.0, f64::max),
-            p50: percentile(&self.latencies, 0.50),
-            p99: percentile(&self.latencies, 0.99),
-        })
-    }
-}
-
 /// Loads each server in turn, [`ROUNDS`] times over, so that whatever else
 /// the machine does meanwhile falls on all of them alike.
 async fn measure(addrs: &[SocketAddr]) -> Result<Vec<Load>> {
     let requests: Arc<[Vec<u8>]> = requests()?.into();
     let mut tallies: Vec<Tally> = addrs.iter().map(|_| Tally::default()).collect();
-    let before = CpuTicks::now();
+    let before = CpuTicks::now(&[]);
     for round in 0..ROUNDS {
         // Each round starts with the next server, so none always goes first.
         for i in 0..addrs.len() {
             let k = (round + i) % addrs.len();
-            tallies[k].add(window(addrs[k], &requests).await?);
+            tallies[k].add(load::window(addrs[k], &requests, CONNECTIONS, WARMUP, WINDOW).await?);
         }
     }
-    if let (Some(before), Some(after)) = (before, CpuTicks::now()) {
+    if let (Some(before), Some(after)) = (before, CpuTicks::now(&[])) {
         let others = after.others_share_since(&before) * 100.0;
         let warning = if others > 5.0 { "  WARNING: the machine was not idle; the numbers are disturbed" } else { "" };
         println!("other processes used {others:.0}% of the machine's CPU while measuring{warning}");
     }
-    tallies.into_iter().map(Tally::summary).collect()
-}
-
-/// CPU time spent so far, in clock ticks, from Linux's `/proc`.
-struct CpuTicks {
-    /// Every CPU, busy and idle.
-    total: u64,
-    /// Every CPU, running processes (or stolen by the hypervisor).
-    busy: u64,
-    /// This process.
-    own: u64,
-}
-
-impl CpuTicks {
-    fn now() -> Option<Self> {
-        // The first line: cpu user nice system idle iowait irq softirq steal …
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let cpu: Vec<u64> =
-            stat.lines().next()?.split_whitespace().skip(1).take(8).map(|t| t.parse().ok()).collect::<Option<_>>()?;
-        let &[user, nice, system, idle, iowait, irq, softirq, steal] = cpu.as_slice() else {
-            return None;
-        };
-        // After the command name: state is field 3, utime 14, stime 15.
-        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-        let fields: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
-        let (utime, stime): (u64, u64) = (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
-        Some(Self {
-            total: user + nice + system + idle + iowait + irq + softirq + steal,
-            // Interrupt time is left out: this process's own loopback traffic
-            // lands there, accounted to no process.
-            busy: user + nice + system + steal,
-            own: utime + stime,
-        })
-    }
-
-    /// The share of the machine's CPU that other processes used since `earlier`.
-    fn others_share_since(&self, earlier: &Self) -> f64 {
-        let others = (self.busy - earlier.busy).saturating_sub(self.own - earlier.own);
-        others as f64 / (self.total - earlier.total).max(1) as f64
-    }
-}
-
-/// A warm-up, then one measured window, from [`CONNECTIONS`] connections.
-async fn window(addr: SocketAddr, requests: &Arc<[Vec<u8>]>) -> Result<Tally> {
-    let measure_from = Instant::now() + WARMUP;
-    let until = measure_from + WINDOW;
-    let conns: Vec<JoinHandle<Result<Tally>>> = (0..CONNECTIONS)
-        .map(|c| {
-            let requests = requests.clone();
-            let offset = c * requests.len() / CONNECTIONS;
-            tokio::spawn(async move { drive(addr, &requests, offset, measure_from, until).await })
-        })
-        .collect();
-    let mut total = Tally::default();
-    for conn in conns {
-        total.add(conn.await??);
-    }
-    total.window_rps.push(total.latencies.len() as f64 / WINDOW.as_secs_f64());
-    Ok(total)
-}
-
-/// One keep-alive connection sending requests back to back until `until`.
-async fn drive(
-    addr: SocketAddr,
-    requests: &[Vec<u8>],
-    offset: usize,
-    measure_from: Instant,
-    until: Instant,
-) -> Result<Tally> {
-    let mut stream = TcpStream::connect(addr).await?;
-    stream.set_nodelay(true)?;
-    let mut buf = Vec::with_capacity(4096);
-    let mut tally = Tally { latencies: Vec::with_capacity(1 << 16), ..Tally::default() };
-    for request in requests.iter().cycle().skip(offset) {
-        let sent = Instant::now();
-        if sent >= until {
-            break;
-        }
-        stream.write_all(request).await?;
-        let status = read_response(&mut stream, &mut buf).await?;
-        tally.sent += 1;
-        tally.non_ok += usize::from(status != 200);
-        if sent >= measure_from {
-            let micros = sent.elapsed().as_micros();
-            tally.latencies.push(u32::try_from(micros).unwrap_or(u32::MAX));
-        }
-    }
-    Ok(tally)
-}
-
-/// Reads one whole response into `buf` and returns its status code.
-async fn read_response(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<u16> {
-    buf.clear();
-    let head_len = loop {
-        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        fill(stream, buf).await?;
-    };
-    let head = std::str::from_utf8(&buf[..head_len])?;
-    let status: u16 =
-        head.get(9..12).and_then(|s| s.parse().ok()).with_context(|| format!("bad status line in {head:?}"))?;
-    let body_len: usize = head
-        .split("\r\n")
-        .filter_map(|line| line.split_once(':'))
-        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, value)| value.trim().parse().ok())
-        .with_context(|| format!("no content-length in {head:?}"))?;
-    while buf.len() < head_len + body_len {
-        fill(stream, buf).await?;
-    }
-    ensure!(buf.len() == head_len + body_len, "bytes after the response: one request is in flight at a time");
-    Ok(status)
-}
-
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<()> {
-    if stream.read_buf(buf).await? == 0 {
-        bail!("the server closed the connection");
-    }
-    Ok(())
-}
-
-fn percentile(sorted: &[u32], q: f64) -> Duration {
-    let rank = (sorted.len() as f64 * q).ceil() as usize;
-    Duration::from_micros(u64::from(sorted[rank.clamp(1, sorted.len()) - 1]))
+    tallies.into_iter().map(|t| t.summary(WINDOW)).collect()
 }
 
 // ---- Staleness ------------------------------------------------------------------

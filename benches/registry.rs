@@ -1,0 +1,1088 @@
+//! Fast at the size real registries reach (issue 14), measured from outside.
+//!
+//! For each backend (SQLite in a file, PostgreSQL at 127.0.0.1:5432 in a fresh
+//! database dropped at the end) and each registry size (a small one, 10,000
+//! batches, and a big one, 10,000,000 by default), this bench
+//!
+//! 1. migrates the database with the release binary, then seeds it in the
+//!    service's own schema with bulk SQL (`tests/api/seed.rs`, shared with the
+//!    query-plan tests; secondary indexes dropped during the load and built
+//!    after it, then `ANALYZE`);
+//! 2. starts the release binary on it (two replicas on PostgreSQL) and
+//!    measures how long it takes to answer `/healthz`;
+//! 3. measures start and commit latency (restatements of a partition that has
+//!    one consumer), history listings (`/v1/batches` and `/v1/partitions`,
+//!    `limit=100`), `/ready` on cached partitions (against a bare axum handler
+//!    in another process, in alternating windows of the same run) and on
+//!    partitions never asked for (every answer a database read), and the
+//!    stored bytes per batch;
+//! 4. on the small registry only: write throughput at 1/8/32 clients on
+//!    distinct datasets next to a pgbench script doing one INSERT and one
+//!    UPDATE per transaction, the bytes each batch the API wrote took, and
+//!    10,000 long-poll waiters on 1,000 partitions (RSS, queries while idle,
+//!    how soon each is answered after its partition's publish, publishing
+//!    speed with and without them);
+//!
+//! and prints every figure with its ratio to the small registry and PASS or
+//! FAIL against the issue's goals. All load is on 127.0.0.1, bounded in count
+//! and time. How much CPU other processes took is printed: on a shared
+//! machine the figures are disturbed when it is high.
+//!
+//! Knobs (environment): `BENCH_SMALL` (10000), `BENCH_BIG` (10000000),
+//! `BENCH_BIG_PG` (PostgreSQL's big size, default `BENCH_BIG`),
+//! `BENCH_BACKENDS` (`sqlite,postgres`), `BENCH_WAITERS` (10000),
+//! `BENCH_SECONDS` (each throughput window, 5), `BENCH_SAMPLES` (commit
+//! cycles and list requests per size, 200), `BENCH_IDLE` (seconds of each
+//! idle observation, 10). Sizes are multiples of 1,000 days.
+//!
+//! Run: `cargo bench --bench registry`; a quick run:
+//! `BENCH_BIG=100000 BENCH_WAITERS=1000 cargo bench --bench registry`.
+
+#[path = "common/load.rs"]
+mod load;
+#[path = "../tests/api/seed.rs"]
+mod seed;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use chrono::{Days, NaiveDate};
+use load::{CpuTicks, Load, Tally};
+use serde_json::{json, Value};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{Connection, Executor, PgConnection, SqliteConnection};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_batchgate");
+const PG_SERVER: &str = "postgres://postgres@127.0.0.1:5432";
+/// Every seeded dataset has one batch per day for this many days.
+const DAYS: u64 = 1_000;
+const FIRST_DAY: &str = "2000-01-01";
+
+const READY_CONNECTIONS: usize = 32;
+const READY_ROUNDS: usize = 3;
+const WARMUP: Duration = Duration::from_millis(500);
+const WINDOW: Duration = Duration::from_secs(2);
+const HOT_KEYS: u64 = 1_000;
+const WAITED_PARTITIONS: usize = 1_000;
+const WRITERS: [usize; 3] = [1, 8, 32];
+
+// The issue's goals.
+const COMMIT_RATIO_GOAL: f64 = 1.2;
+const LIST_P50_GOAL_MS: f64 = 5.0;
+const READY_SHARE_GOAL: f64 = 0.8;
+const READY_P99_GOAL_MS: f64 = 2.0;
+const BYTES_GOAL: f64 = 1024.0;
+const STARTUP_GOAL_MS: f64 = 1000.0;
+const PG_WRITES_GOAL: f64 = 2000.0;
+const SQLITE_WRITES_GOAL: f64 = 500.0;
+const WAITER_RSS_GOAL_MB: f64 = 200.0;
+const WAKE_GOAL_MS: f64 = 1000.0;
+/// "Publishing speed unchanged with 10k waiting": within this share.
+const PUBLISH_SHARE_GOAL: f64 = 0.8;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+struct Knobs {
+    small: u64,
+    big: u64,
+    big_pg: u64,
+    backends: Vec<Backend>,
+    waiters: usize,
+    seconds: Duration,
+    samples: usize,
+    idle: Duration,
+}
+
+fn env_u64(name: &str, default: u64) -> Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => v.replace('_', "").parse().with_context(|| format!("{name}={v:?} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
+impl Knobs {
+    fn from_env() -> Result<Self> {
+        let big = env_u64("BENCH_BIG", 10_000_000)?;
+        let knobs = Self {
+            small: env_u64("BENCH_SMALL", 10_000)?,
+            big,
+            big_pg: env_u64("BENCH_BIG_PG", big)?,
+            backends: std::env::var("BENCH_BACKENDS")
+                .unwrap_or_else(|_| "sqlite,postgres".into())
+                .split(',')
+                .map(|b| match b.trim() {
+                    "sqlite" => Ok(Backend::Sqlite),
+                    "postgres" => Ok(Backend::Postgres),
+                    other => bail!("BENCH_BACKENDS: unknown backend {other:?}"),
+                })
+                .collect::<Result<_>>()?,
+            waiters: usize::try_from(env_u64("BENCH_WAITERS", 10_000)?)?,
+            seconds: Duration::from_secs(env_u64("BENCH_SECONDS", 5)?),
+            samples: usize::try_from(env_u64("BENCH_SAMPLES", 200)?)?,
+            idle: Duration::from_secs(env_u64("BENCH_IDLE", 10)?),
+        };
+        for size in [knobs.small, knobs.big, knobs.big_pg] {
+            ensure!(
+                size % DAYS == 0 && size / DAYS >= 10,
+                "sizes are multiples of {DAYS} batches, at least 10 datasets"
+            );
+        }
+        Ok(knobs)
+    }
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let runtime = tokio::runtime::Runtime::new()?;
+    if let Some(at) = args.iter().position(|a| a == "--bare-server") {
+        let addr = args.get(at + 1).context("--bare-server ADDR")?.clone();
+        return runtime.block_on(bare_server(addr));
+    }
+    raise_file_limit();
+    runtime.block_on(run())
+}
+
+/// The baseline: a bare axum handler returning a constant JSON body, no
+/// middleware, in its own process as batchgate is.
+async fn bare_server(addr: String) -> Result<()> {
+    use axum::routing::get;
+    let router = axum::Router::new().route("/ready", get(|| async { axum::Json(json!({"ready": true})) }));
+    let listener = TcpListener::bind(&addr).await?;
+    axum::serve(listener, router).await?;
+    Ok(())
+}
+
+/// 10,000 waiters need as many sockets here and in the service.
+fn raise_file_limit() {
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+async fn run() -> Result<()> {
+    let knobs = Knobs::from_env()?;
+    println!(
+        "registry bench: {} cores, release binary {BIN}; small registry {} batches, big {} (SQLite) / {} (PostgreSQL)",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        knobs.small,
+        knobs.big,
+        knobs.big_pg
+    );
+    if knobs.big_pg < 10_000_000 && knobs.backends.contains(&Backend::Postgres) {
+        println!("NOTE: PostgreSQL's big registry is {} batches, not 10M (BENCH_BIG_PG)", knobs.big_pg);
+    }
+    let bare_addr = free_addr().await?;
+    let mut bare = Command::new(std::env::current_exe()?)
+        .args(["--bare-server", &bare_addr.to_string()])
+        .kill_on_drop(true)
+        .spawn()?;
+    wait_listening(bare_addr, "/ready").await?;
+    let bare_pid = bare.id().unwrap_or(0);
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+    for &backend in &knobs.backends {
+        let big = if backend == Backend::Postgres { knobs.big_pg } else { knobs.big };
+        let small = measure_size(backend, knobs.small, true, &knobs, bare_addr, bare_pid, &tmp).await?;
+        let large = measure_size(backend, big, false, &knobs, bare_addr, bare_pid, &tmp).await?;
+        report(backend, &small, &large);
+    }
+    bare.kill().await?;
+    Ok(())
+}
+
+/// A free port on 127.0.0.1 (bound, then released for a child to take).
+async fn free_addr() -> Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0").await?.local_addr()?)
+}
+
+/// Waits until `path` answers on `addr`; how long that took.
+async fn wait_listening(addr: SocketAddr, path: &str) -> Result<Duration> {
+    let began = Instant::now();
+    let http = reqwest::Client::new();
+    let url = format!("http://{addr}{path}");
+    loop {
+        if let Ok(r) = http.get(&url).send().await {
+            if r.status().is_success() {
+                return Ok(began.elapsed());
+            }
+        }
+        ensure!(began.elapsed() < Duration::from_secs(300), "{url} did not answer within 300 s");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+// ---- Databases ------------------------------------------------------------------
+
+/// A bench database: a SQLite file, or a PostgreSQL database dropped at the end.
+struct Db {
+    backend: Backend,
+    url: String,
+    /// PostgreSQL: the database's name.
+    name: String,
+    path: Option<PathBuf>,
+}
+
+impl Db {
+    async fn create(backend: Backend, label: &str, tmp: &tempfile::TempDir) -> Result<Self> {
+        match backend {
+            Backend::Sqlite => {
+                let path = tmp.path().join(format!("{label}.db"));
+                Ok(Self { backend, url: format!("sqlite://{}", path.display()), name: label.into(), path: Some(path) })
+            }
+            Backend::Postgres => {
+                let name = format!("batchgate_bench_{label}_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+                let mut admin = PgConnection::connect(&format!("{PG_SERVER}/postgres")).await?;
+                admin.execute(format!("CREATE DATABASE {name}").as_str()).await?;
+                admin.close().await?;
+                Ok(Self { backend, url: format!("{PG_SERVER}/{name}"), name, path: None })
+            }
+        }
+    }
+
+    async fn remove(self) -> Result<()> {
+        match self.backend {
+            Backend::Sqlite => {
+                let path = self.path.context("sqlite path")?;
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+            Backend::Postgres => {
+                let mut admin = PgConnection::connect(&format!("{PG_SERVER}/postgres")).await?;
+                admin.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str()).await?;
+                admin.close().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes the registry takes, indexes included.
+    async fn size(&self) -> Result<i64> {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut c = SqliteConnection::connect(&self.url).await?;
+                let pages: i64 = sqlx::query_scalar("PRAGMA page_count").fetch_one(&mut c).await?;
+                let free: i64 = sqlx::query_scalar("PRAGMA freelist_count").fetch_one(&mut c).await?;
+                let page: i64 = sqlx::query_scalar("PRAGMA page_size").fetch_one(&mut c).await?;
+                c.close().await?;
+                Ok((pages - free) * page)
+            }
+            Backend::Postgres => {
+                let mut c = PgConnection::connect(&self.url).await?;
+                let size: i64 =
+                    sqlx::query_scalar("SELECT pg_database_size(current_database())").fetch_one(&mut c).await?;
+                c.close().await?;
+                Ok(size)
+            }
+        }
+    }
+
+    async fn batches(&self) -> Result<i64> {
+        const SQL: &str = "SELECT COUNT(*) FROM batches";
+        match self.backend {
+            Backend::Sqlite => {
+                let mut c = SqliteConnection::connect(&self.url).await?;
+                Ok(sqlx::query_scalar(SQL).fetch_one(&mut c).await?)
+            }
+            Backend::Postgres => {
+                let mut c = PgConnection::connect(&self.url).await?;
+                Ok(sqlx::query_scalar(SQL).fetch_one(&mut c).await?)
+            }
+        }
+    }
+
+    /// PostgreSQL: transactions the database has run so far (every query
+    /// the service sends runs in one).
+    async fn transactions(&self) -> Result<Option<i64>> {
+        if self.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        let mut c = PgConnection::connect(&self.url).await?;
+        c.execute("SELECT pg_stat_clear_snapshot()").await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = current_database()",
+        )
+        .fetch_one(&mut c)
+        .await?;
+        c.close().await?;
+        Ok(Some(n))
+    }
+}
+
+/// The tables the seed fills; their secondary indexes are built after it.
+const SEEDED: &str = "'batches', 'task_produce_log', 'partitions', 'batch_inputs', 'task_seq'";
+
+/// Migrates with the binary, then seeds `size` batches by bulk SQL.
+async fn migrate_and_seed(db: &Db, size: u64) -> Result<Duration> {
+    let status = Command::new(BIN)
+        .args(["migrate", "--db", &db.url])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .status()
+        .await?;
+    ensure!(status.success(), "batchgate migrate failed");
+    let (datasets, days) = (u32::try_from(size / DAYS)?, u32::try_from(DAYS)?);
+    let began = Instant::now();
+    match db.backend {
+        Backend::Sqlite => {
+            let options = SqliteConnectOptions::new()
+                .filename(db.path.as_ref().context("sqlite path")?)
+                .journal_mode(SqliteJournalMode::Off)
+                .synchronous(SqliteSynchronous::Off)
+                .foreign_keys(false)
+                .pragma("cache_size", "-2000000")
+                .pragma("temp_store", "memory");
+            let mut c = SqliteConnection::connect_with(&options).await?;
+            let indexes: Vec<(String, String)> = sqlx::query_as(&format!(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN ({SEEDED})"
+            ))
+            .fetch_all(&mut c)
+            .await?;
+            for (name, _) in &indexes {
+                c.execute(format!("DROP INDEX {name}").as_str()).await?;
+            }
+            sqlx::raw_sql(&seed::sqlite(datasets, days)).execute(&mut c).await?;
+            for (_, sql) in &indexes {
+                c.execute(sql.as_str()).await?;
+            }
+            c.execute("ANALYZE").await?;
+            c.execute("PRAGMA journal_mode = WAL").await?;
+            c.close().await?;
+        }
+        Backend::Postgres => {
+            let mut c = PgConnection::connect(&db.url).await?;
+            let indexes: Vec<(String, String)> = sqlx::query_as(&format!(
+                "SELECT i.indexname::text, i.indexdef FROM pg_indexes i WHERE i.schemaname = 'public' \
+                 AND i.tablename IN ({SEEDED}) \
+                 AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conname = i.indexname)"
+            ))
+            .fetch_all(&mut c)
+            .await?;
+            for (name, _) in &indexes {
+                c.execute(format!("DROP INDEX {name}").as_str()).await?;
+            }
+            // Foreign keys are not checked row by row during the load: the
+            // seed is consistent by construction.
+            c.execute("SET session_replication_role = replica").await?;
+            c.execute("SET maintenance_work_mem = '1GB'").await?;
+            sqlx::raw_sql(&seed::postgres(datasets, days)).execute(&mut c).await?;
+            for (_, sql) in &indexes {
+                c.execute(sql.as_str()).await?;
+            }
+            c.execute("ANALYZE").await?;
+            c.execute("CHECKPOINT").await?;
+            c.close().await?;
+        }
+    }
+    let seeded = db.batches().await?;
+    ensure!(seeded == i64::try_from(size)?, "seeded {seeded} batches, expected {size}");
+    Ok(began.elapsed())
+}
+
+// ---- The service --------------------------------------------------------------------
+
+/// The release binary serving a registry.
+struct Service {
+    child: Child,
+    addr: SocketAddr,
+    pid: u32,
+    /// From spawning the process to its first `/healthz` answer.
+    startup: Duration,
+}
+
+impl Service {
+    async fn spawn(db: &Db, log: &std::path::Path) -> Result<Self> {
+        let addr = free_addr().await?;
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let began = Instant::now();
+        let child = Command::new(BIN)
+            .args(["serve", "--db", &db.url, "--listen", &addr.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::from(out.try_clone()?))
+            .stderr(Stdio::from(out))
+            .kill_on_drop(true)
+            .spawn()?;
+        let pid = child.id().context("child pid")?;
+        wait_listening(addr, "/healthz").await?;
+        Ok(Self { child, addr, pid, startup: began.elapsed() })
+    }
+
+    fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// SIGTERM, then wait (killed if it takes over 10 s).
+    async fn stop(mut self) -> Result<()> {
+        // SAFETY: a signal to our own child's pid.
+        unsafe {
+            libc::kill(i32::try_from(self.pid)?, libc::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await.is_err() {
+            self.child.kill().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Resident memory of a process, in MB.
+fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+// ---- One registry size ----------------------------------------------------------
+
+/// Everything measured on one registry.
+#[derive(Default)]
+struct Figures {
+    batches: u64,
+    seed: Duration,
+    startup: Duration,
+    seeded_bytes: f64,
+    start: Vec<u32>,
+    commit: Vec<u32>,
+    list_batches: Vec<u32>,
+    list_partitions: Vec<u32>,
+    hot: Option<Load>,
+    bare: Option<Load>,
+    miss: Option<Load>,
+    /// Share of the CPU other processes took while `/ready` was measured.
+    others_cpu: f64,
+    writes: Vec<Writes>,
+    api_bytes: Option<f64>,
+    waiters: Option<Waiters>,
+}
+
+struct Writes {
+    clients: usize,
+    per_second: f64,
+    p99: Duration,
+    pgbench: Option<f64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure_size(
+    backend: Backend,
+    size: u64,
+    small: bool,
+    knobs: &Knobs,
+    bare: SocketAddr,
+    bare_pid: u32,
+    tmp: &tempfile::TempDir,
+) -> Result<Figures> {
+    let label = if small { "small" } else { "big" };
+    let db = Db::create(backend, label, tmp).await?;
+    let outcome = measure_db(&db, size, small, knobs, bare, bare_pid, tmp).await;
+    db.remove().await?;
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure_db(
+    db: &Db,
+    size: u64,
+    small: bool,
+    knobs: &Knobs,
+    bare: SocketAddr,
+    bare_pid: u32,
+    tmp: &tempfile::TempDir,
+) -> Result<Figures> {
+    let backend = db.backend;
+    let datasets = size / DAYS;
+    let mut f = Figures { batches: size, ..Figures::default() };
+    println!("{} {size}: seeding …", backend.name());
+    f.seed = migrate_and_seed(db, size).await?;
+    f.seeded_bytes = db.size().await? as f64 / size as f64;
+    println!(
+        "{} {size}: seeded in {:.1} s, {:.0} bytes per batch; df: {}",
+        backend.name(),
+        f.seed.as_secs_f64(),
+        f.seeded_bytes,
+        disk_free()
+    );
+    let log = tmp.path().join(format!("{}-{size}.log", backend.name()));
+    let mut services = vec![Service::spawn(db, &log).await?];
+    f.startup = services[0].startup;
+    if backend == Backend::Postgres {
+        services.push(Service::spawn(db, &log).await?);
+    }
+    let bases: Vec<String> = services.iter().map(Service::base).collect();
+    let pids: Vec<u32> = services.iter().map(|s| s.pid).chain([bare_pid]).collect();
+    let http = reqwest::Client::new();
+    let outcome = async {
+        // Commit cycles: restatements of the next-to-last dataset's days, each
+        // with one consumer (the last dataset) that lineage marks stale.
+        let k = datasets - 2;
+        let (start, commit) =
+            commit_cycles(&http, &bases[0], &format!("t{k}"), &format!("ds{k}"), day(0)?, knobs).await?;
+        (f.start, f.commit) = (start, commit);
+        f.list_batches = list(&http, &bases[0], "/v1/batches", datasets, knobs.samples).await?;
+        f.list_partitions = list(&http, &bases[0], "/v1/partitions", datasets, knobs.samples).await?;
+        let before = CpuTicks::now(&pids);
+        (f.hot, f.bare) = ready_hot(services[0].addr, bare, datasets - 2).await?;
+        f.miss = Some(ready_miss(services[0].addr, datasets).await?);
+        if let (Some(b), Some(a)) = (before, CpuTicks::now(&pids)) {
+            f.others_cpu = a.others_share_since(&b);
+        }
+        if small {
+            let size0 = db.size().await?;
+            let count0 = db.batches().await?;
+            f.writes = writes(&http, &bases, db, knobs).await?;
+            f.waiters = Some(waiters(&http, &services, db, datasets - 2, knobs).await?);
+            let (size1, count1) = (db.size().await?, db.batches().await?);
+            f.api_bytes = Some((size1 - size0) as f64 / (count1 - count0).max(1) as f64);
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    for s in services {
+        s.stop().await?;
+    }
+    if outcome.is_err() {
+        eprintln!("service log {}:\n{}", log.display(), std::fs::read_to_string(&log).unwrap_or_default());
+    }
+    outcome?;
+    Ok(f)
+}
+
+fn disk_free() -> String {
+    std::process::Command::new("df")
+        .args(["-h", "--output=avail", env!("CARGO_TARGET_TMPDIR")])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().last().unwrap_or("?").to_owned())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The seeded days are `FIRST_DAY + 0 ..`.
+fn day(n: u64) -> Result<NaiveDate> {
+    let first: NaiveDate = FIRST_DAY.parse()?;
+    first.checked_add_days(Days::new(n)).context("date out of range")
+}
+
+fn micros(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}
+
+/// POSTs `body`; the answer must have status `expect`.
+async fn post(http: &reqwest::Client, url: &str, body: &Value, expect: u16) -> Result<Value> {
+    let resp = http.post(url).json(body).send().await?;
+    let status = resp.status().as_u16();
+    let answer: Value = resp.json().await?;
+    ensure!(status == expect, "POST {url}: {status} {answer}, expected {expect}");
+    Ok(answer)
+}
+
+/// Starts and commits one batch of one partition: the latency of each.
+async fn cycle(
+    http: &reqwest::Client,
+    base: &str,
+    task: &str,
+    dataset: &str,
+    dt: NaiveDate,
+) -> Result<(Duration, Duration)> {
+    let partition = format!("dt={dt}");
+    let began = Instant::now();
+    let start = json!({"task": task, "dataset": dataset, "dt": dt, "partitions": [partition]});
+    let started = post(http, &format!("{base}/v1/batches"), &start, 201).await?;
+    let start_took = began.elapsed();
+    let id = started["batch_id"].as_str().context("start answered without batch_id")?;
+    let commit = json!({"marker": format!("hdfs://warehouse/{dataset}/{partition}/_SUCCESS"),
+        "partitions": [{"partition": partition, "rows_written": 1000, "row_count": 1000}]});
+    let began = Instant::now();
+    post(http, &format!("{base}/v1/batches/{id}/commit"), &commit, 200).await?;
+    Ok((start_took, began.elapsed()))
+}
+
+/// `knobs.samples` start+commit cycles (at most 60 s of them), one after another.
+async fn commit_cycles(
+    http: &reqwest::Client,
+    base: &str,
+    task: &str,
+    dataset: &str,
+    first: NaiveDate,
+    knobs: &Knobs,
+) -> Result<(Vec<u32>, Vec<u32>)> {
+    let (mut starts, mut commits) = (Vec::new(), Vec::new());
+    let began = Instant::now();
+    for n in 0..knobs.samples.min(DAYS as usize) {
+        let dt = first.checked_add_days(Days::new(n as u64)).context("date")?;
+        let (s, c) = cycle(http, base, task, dataset, dt).await?;
+        starts.push(micros(s));
+        commits.push(micros(c));
+        if began.elapsed() > Duration::from_secs(60) {
+            println!("  commit cycles stopped after 60 s: {} done", n + 1);
+            break;
+        }
+    }
+    Ok((starts, commits))
+}
+
+/// First pages of a history listing (`limit=100`) over many datasets.
+async fn list(http: &reqwest::Client, base: &str, path: &str, datasets: u64, samples: usize) -> Result<Vec<u32>> {
+    let mut took = Vec::with_capacity(samples);
+    for n in 0..samples as u64 {
+        let ds = n * 7919 % datasets;
+        let url = format!("{base}{path}?dataset=ds{ds}&limit=100");
+        let began = Instant::now();
+        let resp = http.get(&url).send().await?;
+        ensure!(resp.status() == 200, "GET {url}: {}", resp.status());
+        let page: Value = resp.json().await?;
+        took.push(micros(began.elapsed()));
+        let items = page["items"].as_array().map_or(0, Vec::len);
+        ensure!(items == 100, "GET {url}: {items} items, expected 100");
+    }
+    Ok(took)
+}
+
+fn ready_request(dataset: &str, dt: NaiveDate) -> Vec<u8> {
+    format!("GET /ready?dataset={dataset}&partition=dt%3D{dt} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes()
+}
+
+/// `/ready` on [`HOT_KEYS`] seeded partitions of the first `datasets`
+/// datasets (cached after the warm-up), in windows alternating with the bare
+/// handler: (batchgate, bare).
+async fn ready_hot(addr: SocketAddr, bare: SocketAddr, datasets: u64) -> Result<(Option<Load>, Option<Load>)> {
+    let requests: Arc<[Vec<u8>]> = (0..HOT_KEYS)
+        .map(|j| Ok(ready_request(&format!("ds{}", j % datasets), day(j * 337 % DAYS)?)))
+        .collect::<Result<Vec<_>>>()?
+        .into();
+    let bare_requests: Arc<[Vec<u8>]> = vec![b"GET /ready HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()].into();
+    let (mut ours, mut theirs) = (Tally::default(), Tally::default());
+    for round in 0..READY_ROUNDS {
+        for turn in 0..2 {
+            if (round + turn) % 2 == 0 {
+                ours.add(load::window(addr, &requests, READY_CONNECTIONS, WARMUP, WINDOW).await?);
+            } else {
+                theirs.add(load::window(bare, &bare_requests, READY_CONNECTIONS, WARMUP, WINDOW).await?);
+            }
+        }
+    }
+    Ok((Some(ours.summary(WINDOW)?), Some(theirs.summary(WINDOW)?)))
+}
+
+/// `/ready` on partitions never asked for before (each a database read).
+async fn ready_miss(addr: SocketAddr, datasets: u64) -> Result<Load> {
+    let first: NaiveDate = "3000-01-01".parse()?;
+    let requests: Arc<[Vec<u8>]> = (0..400_000u64)
+        .map(|j| {
+            Ok(ready_request(&format!("ds{}", j % datasets), first.checked_add_days(Days::new(j)).context("date")?))
+        })
+        .collect::<Result<Vec<_>>>()?
+        .into();
+    let measured = Duration::from_secs(3);
+    load::window(addr, &requests, READY_CONNECTIONS, WARMUP, measured).await?.summary(measured)
+}
+
+/// Start+commit cycles from 1/8/32 clients on distinct datasets, each for
+/// `knobs.seconds`; next to pgbench on PostgreSQL.
+async fn writes(http: &reqwest::Client, bases: &[String], db: &Db, knobs: &Knobs) -> Result<Vec<Writes>> {
+    let mut out = Vec::new();
+    for clients in WRITERS {
+        let until = Instant::now() + knobs.seconds;
+        let tasks: Vec<_> = (0..clients)
+            .map(|c| {
+                let (http, base) = (http.clone(), bases[c % bases.len()].clone());
+                tokio::spawn(async move {
+                    let (task, dataset) = (format!("w{clients}_{c}"), format!("w{clients}.c{c}"));
+                    let first: NaiveDate = "2100-01-01".parse()?;
+                    let mut took = Vec::new();
+                    while Instant::now() < until {
+                        let dt = first.checked_add_days(Days::new(took.len() as u64)).context("date")?;
+                        let began = Instant::now();
+                        cycle(&http, &base, &task, &dataset, dt).await?;
+                        took.push(micros(began.elapsed()));
+                    }
+                    anyhow::Ok(took)
+                })
+            })
+            .collect();
+        let began = Instant::now();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await??);
+        }
+        let elapsed = began.elapsed();
+        all.sort_unstable();
+        let pgbench = match db.backend {
+            Backend::Postgres => Some(pgbench(db, clients, knobs.seconds).await?),
+            Backend::Sqlite => None,
+        };
+        out.push(Writes {
+            clients,
+            per_second: all.len() as f64 / elapsed.as_secs_f64(),
+            p99: load::percentile(&all, 0.99),
+            pgbench,
+        });
+    }
+    Ok(out)
+}
+
+/// Transactions per second of pgbench doing one INSERT and one UPDATE per
+/// transaction with `clients` clients, on the bench database.
+async fn pgbench(db: &Db, clients: usize, seconds: Duration) -> Result<f64> {
+    let mut c = PgConnection::connect(&db.url).await?;
+    c.execute("CREATE TABLE IF NOT EXISTS bench_probe (id BIGSERIAL PRIMARY KEY, k BIGINT NOT NULL, v INT NOT NULL)")
+        .await?;
+    c.close().await?;
+    let script = tempfile::NamedTempFile::new()?;
+    std::fs::write(
+        script.path(),
+        "\\set k random(1, 1000000000)\nBEGIN;\nINSERT INTO bench_probe (k, v) VALUES (:k, 0);\n\
+         UPDATE bench_probe SET v = v + 1 WHERE id = currval('bench_probe_id_seq');\nEND;\n",
+    )?;
+    let out = Command::new("pgbench")
+        .args(["-n", "-h", "127.0.0.1", "-U", "postgres", "-c", &clients.to_string(), "-j"])
+        .arg(clients.min(2).to_string())
+        .args(["-T", &seconds.as_secs().to_string(), "-f"])
+        .arg(script.path())
+        .arg(&db.name)
+        .output()
+        .await
+        .context("pgbench (Debian: postgresql-client / postgresql-contrib)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("tps = ")?.split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no tps in pgbench's output: {text}{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+// ---- Long-poll waiters --------------------------------------------------------------
+
+struct Waiters {
+    count: usize,
+    idle: Duration,
+    rss_idle_mb: f64,
+    rss_waiting_mb: f64,
+    /// Readiness reads from the database while idle, without and with waiters
+    /// (the service's cache misses).
+    reads_idle: (u64, u64),
+    /// PostgreSQL transactions while idle, without and with waiters.
+    xacts_idle: Option<(i64, i64)>,
+    answered: usize,
+    wake_p50: Duration,
+    wake_p99: Duration,
+    wake_max: Duration,
+    /// Publishes per second, without and with the waiters.
+    publish_rate: (f64, f64),
+}
+
+/// A counter of the service's `/metrics`.
+async fn metric(http: &reqwest::Client, base: &str, name: &str) -> Result<f64> {
+    let text = http.get(format!("{base}/metrics")).send().await?.text().await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .with_context(|| format!("no {name} in /metrics"))
+}
+
+/// Readiness database reads and PostgreSQL transactions over `idle`.
+async fn idle_queries(http: &reqwest::Client, base: &str, db: &Db, idle: Duration) -> Result<(u64, Option<i64>)> {
+    const MISSES: &str = "batchgate_ready_cache_misses_total";
+    let (m0, x0) = (metric(http, base, MISSES).await?, db.transactions().await?);
+    tokio::time::sleep(idle).await;
+    let (m1, x1) = (metric(http, base, MISSES).await?, db.transactions().await?);
+    // Our own two counter reads are transactions too.
+    Ok(((m1 - m0) as u64, x0.zip(x1).map(|(a, b)| b - a - 1)))
+}
+
+/// Publishes one new partition per `(dataset, dt)`, one after another:
+/// when each commit was answered.
+async fn publish(http: &reqwest::Client, base: &str, targets: &[(u64, NaiveDate)]) -> Result<(Vec<Instant>, f64)> {
+    let began = Instant::now();
+    let mut at = Vec::with_capacity(targets.len());
+    for (d, dt) in targets {
+        cycle(http, base, &format!("t{d}"), &format!("ds{d}"), *dt).await?;
+        at.push(Instant::now());
+    }
+    Ok((at, targets.len() as f64 / began.elapsed().as_secs_f64()))
+}
+
+/// `knobs.waiters` long-polls (`wait=120`) on [`WAITED_PARTITIONS`]
+/// partitions of the first `datasets` datasets, then their publishes
+/// (through the other replica on PostgreSQL).
+async fn waiters(
+    http: &reqwest::Client,
+    services: &[Service],
+    db: &Db,
+    datasets: u64,
+    knobs: &Knobs,
+) -> Result<Waiters> {
+    let (waited, publisher) = (&services[0], services.last().context("a service")?);
+    let (base, pbase) = (waited.base(), publisher.base());
+    let targets = |first: &str, n: usize| -> Result<Vec<(u64, NaiveDate)>> {
+        let first: NaiveDate = first.parse()?;
+        (0..n as u64)
+            .map(|p| Ok((p % datasets, first.checked_add_days(Days::new(p / datasets)).context("date")?)))
+            .collect()
+    };
+    let (_, rate_alone) = publish(http, &pbase, &targets("2400-01-01", 200)?).await?;
+    let rss_idle_mb = rss_mb(waited.pid);
+    let (reads0, xacts0) = idle_queries(http, &base, db, knobs.idle).await?;
+
+    let waited_on = targets("2300-01-01", WAITED_PARTITIONS)?;
+    let requests: Vec<Vec<u8>> = waited_on
+        .iter()
+        .map(|(d, dt)| {
+            format!("GET /ready?dataset=ds{d}&partition=dt%3D{dt}&wait=120 HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes()
+        })
+        .collect();
+    let connecting = Arc::new(tokio::sync::Semaphore::new(200));
+    let mut tasks = Vec::with_capacity(knobs.waiters);
+    for w in 0..knobs.waiters {
+        let p = w % WAITED_PARTITIONS;
+        let (request, connecting, addr) = (requests[p].clone(), connecting.clone(), waited.addr);
+        tasks.push(tokio::spawn(async move {
+            let permit = connecting.acquire_owned().await?;
+            let mut stream = TcpStream::connect(addr).await?;
+            stream.write_all(&request).await?;
+            drop(permit);
+            let mut buf = Vec::new();
+            let status = load::read_response(&mut stream, &mut buf).await?;
+            anyhow::Ok((p, status, Instant::now()))
+        }));
+    }
+    let began = Instant::now();
+    while metric(http, &base, "batchgate_longpoll_waiters").await? < knobs.waiters as f64 {
+        ensure!(began.elapsed() < Duration::from_secs(120), "the waiters did not all connect within 120 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rss_waiting_mb = rss_mb(waited.pid);
+    let (reads1, xacts1) = idle_queries(http, &base, db, knobs.idle).await?;
+    let (published_at, rate_waiting) = publish(http, &pbase, &waited_on).await?;
+    let rss_waiting_mb = rss_waiting_mb.max(rss_mb(waited.pid));
+    let mut wakes = Vec::with_capacity(knobs.waiters);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for t in tasks {
+        let Ok(Ok(Ok((p, status, at)))) = tokio::time::timeout_at(deadline.into(), t).await else {
+            continue;
+        };
+        if status == 200 {
+            wakes.push(micros(at.saturating_duration_since(published_at[p])));
+        }
+    }
+    wakes.sort_unstable();
+    let answered = wakes.len();
+    if wakes.is_empty() {
+        wakes.push(u32::MAX);
+    }
+    Ok(Waiters {
+        count: knobs.waiters,
+        idle: knobs.idle,
+        rss_idle_mb,
+        rss_waiting_mb,
+        reads_idle: (reads0, reads1),
+        xacts_idle: xacts0.zip(xacts1),
+        answered,
+        wake_p50: load::percentile(&wakes, 0.5),
+        wake_p99: load::percentile(&wakes, 0.99),
+        wake_max: Duration::from_micros(u64::from(*wakes.last().unwrap_or(&0))),
+        publish_rate: (rate_alone, rate_waiting),
+    })
+}
+
+// ---- Report ---------------------------------------------------------------------------
+
+fn verdict(pass: bool) -> &'static str {
+    if pass {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
+fn p50_ms(v: &[u32]) -> f64 {
+    q_ms(v, 0.5)
+}
+
+fn q_ms(v: &[u32], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    load::percentile(&s, q).as_secs_f64() * 1e3
+}
+
+fn size_name(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+/// One row: the figure at each size, the big/small ratio, the goal and its verdict.
+fn row(name: &str, unit: &str, small: f64, big: f64, goal: &str, pass: Option<bool>) {
+    let ratio = big / small;
+    println!("{name:<34} {small:>10.2} {big:>10.2} {unit:<6} {ratio:>6.2}x  {goal:<26} {}", pass.map_or("", verdict));
+}
+
+fn report(backend: Backend, s: &Figures, b: &Figures) {
+    let rps = |l: &Option<Load>| l.as_ref().map_or(f64::NAN, |l| l.rps);
+    let p99 = |l: &Option<Load>| l.as_ref().map_or(f64::NAN, |l| l.p99.as_secs_f64() * 1e3);
+    let share = |f: &Figures| rps(&f.hot) / rps(&f.bare);
+    println!();
+    println!(
+        "== {} ==  {:<23} {:>10} {:>10} {:<6} {:>7}  {:<26} verdict",
+        backend.name(),
+        "",
+        size_name(s.batches),
+        size_name(b.batches),
+        "unit",
+        "big/sm",
+        "goal"
+    );
+    row("seed (bulk SQL)", "s", s.seed.as_secs_f64(), b.seed.as_secs_f64(), "", None);
+    let startup = b.startup.as_secs_f64() * 1e3;
+    row(
+        "startup to /healthz",
+        "ms",
+        s.startup.as_secs_f64() * 1e3,
+        startup,
+        "< 1000 ms at big",
+        Some(startup < STARTUP_GOAL_MS),
+    );
+    let commit_ratio = p50_ms(&b.commit) / p50_ms(&s.commit);
+    row(
+        "commit p50",
+        "ms",
+        p50_ms(&s.commit),
+        p50_ms(&b.commit),
+        "big <= 1.2x small",
+        Some(commit_ratio <= COMMIT_RATIO_GOAL),
+    );
+    row("commit p99", "ms", q_ms(&s.commit, 0.99), q_ms(&b.commit, 0.99), "", None);
+    row("start p50", "ms", p50_ms(&s.start), p50_ms(&b.start), "", None);
+    for (name, sv, bv) in [
+        ("GET /v1/batches limit=100 p50", &s.list_batches, &b.list_batches),
+        ("GET /v1/partitions limit=100 p50", &s.list_partitions, &b.list_partitions),
+    ] {
+        let at_big = p50_ms(bv);
+        row(
+            name,
+            "ms",
+            p50_ms(sv),
+            at_big,
+            "<= 5 ms at big",
+            Some(at_big <= LIST_P50_GOAL_MS && p50_ms(sv) <= LIST_P50_GOAL_MS),
+        );
+    }
+    row("/ready hot req/s", "req/s", rps(&s.hot), rps(&b.hot), "", None);
+    row("bare axum req/s (same windows)", "req/s", rps(&s.bare), rps(&b.bare), "", None);
+    row(
+        "/ready hot / bare axum",
+        "x",
+        share(s),
+        share(b),
+        ">= 0.8x",
+        Some(share(s) >= READY_SHARE_GOAL && share(b) >= READY_SHARE_GOAL),
+    );
+    row(
+        "/ready hot p99, 32 connections",
+        "ms",
+        p99(&s.hot),
+        p99(&b.hot),
+        "< 2 ms",
+        Some(p99(&s.hot) < READY_P99_GOAL_MS && p99(&b.hot) < READY_P99_GOAL_MS),
+    );
+    row("/ready miss req/s", "req/s", rps(&s.miss), rps(&b.miss), "flat", None);
+    row("bytes per batch, seeded", "B", s.seeded_bytes, b.seeded_bytes, "", None);
+    println!("(seeded rows carry minimal documents; the bytes the API writes per batch are below)");
+    println!(
+        "other processes took {:.0}% / {:.0}% of the CPU while /ready was measured{}",
+        s.others_cpu * 100.0,
+        b.others_cpu * 100.0,
+        if s.others_cpu.max(b.others_cpu) > 0.05 {
+            "  WARNING: the machine was not idle; figures disturbed"
+        } else {
+            ""
+        }
+    );
+    if let Some(api) = s.api_bytes {
+        println!(
+            "bytes per one-partition batch written by the API (small registry, size delta / batches): {api:.0}  goal <= 1024  {}",
+            verdict(api <= BYTES_GOAL)
+        );
+    }
+    println!();
+    let goal = if backend == Backend::Postgres { PG_WRITES_GOAL } else { SQLITE_WRITES_GOAL };
+    println!(
+        "write throughput, start+commit cycles on distinct datasets{}:",
+        if backend == Backend::Postgres { ", two replicas" } else { "" }
+    );
+    for w in &s.writes {
+        let pgb = w.pgbench.map_or(String::new(), |t| format!("   pgbench 1 INSERT + 1 UPDATE: {t:.0} tx/s"));
+        let judged = if w.clients == 32 {
+            format!("  goal >= {goal:.0}/s  {}", verdict(w.per_second >= goal))
+        } else {
+            String::new()
+        };
+        println!(
+            "  {:>2} clients: {:>7.0} batches/s  cycle p99 {:>7.1} ms{pgb}{judged}",
+            w.clients,
+            w.per_second,
+            w.p99.as_secs_f64() * 1e3
+        );
+    }
+    if let Some(w) = &s.waiters {
+        println!();
+        println!("{} long-poll waiters (wait=120) on {WAITED_PARTITIONS} partitions:", w.count);
+        let grown = w.rss_waiting_mb;
+        println!(
+            "  RSS {:.0} MB idle, {grown:.0} MB with the waiters  goal < 200 MB  {}",
+            w.rss_idle_mb,
+            verdict(grown < WAITER_RSS_GOAL_MB)
+        );
+        let xacts = w
+            .xacts_idle
+            .map_or(String::new(), |(a, b)| format!(", PostgreSQL transactions {a} without / {b} with waiters"));
+        let quiet = w.reads_idle.1 == 0 && w.xacts_idle.is_none_or(|(a, b)| b <= a);
+        println!(
+            "  queries while idle ({} s): readiness reads {} without / {} with waiters{xacts}  goal none  {}",
+            w.idle.as_secs(),
+            w.reads_idle.0,
+            w.reads_idle.1,
+            verdict(quiet)
+        );
+        let in_time = w.answered == w.count && w.wake_max.as_secs_f64() * 1e3 <= WAKE_GOAL_MS;
+        println!(
+            "  answered {}/{}; after their partition's publish: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms  goal all within 1 s  {}",
+            w.answered,
+            w.count,
+            w.wake_p50.as_secs_f64() * 1e3,
+            w.wake_p99.as_secs_f64() * 1e3,
+            w.wake_max.as_secs_f64() * 1e3,
+            verdict(in_time)
+        );
+        let (alone, waiting) = w.publish_rate;
+        println!(
+            "  publishes (start+commit, one client): {alone:.0}/s without, {waiting:.0}/s with the waiters ({:.2}x)  goal unchanged (>= 0.8x)  {}",
+            waiting / alone,
+            verdict(waiting / alone >= PUBLISH_SHARE_GOAL)
+        );
+    }
+}
