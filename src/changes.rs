@@ -7,10 +7,10 @@
 //! re-read the partitions they wait for, so waiting costs no polling.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
+use tokio::sync::Notify;
 
 use crate::store::PartitionRecord;
 
@@ -29,13 +29,81 @@ impl Change {
     }
 }
 
-/// What the hub says to subscribers.
+/// What a long-poll waits for.
 #[derive(Debug, Clone)]
-pub enum Signal {
-    Changed(Arc<Change>),
-    /// The hub may have missed changes (a lost notification connection): every
-    /// waiter must re-read.
-    Resync,
+pub enum Interest {
+    /// Changes of any of these partitions of one dataset.
+    Partitions { dataset: String, partitions: Vec<String> },
+    /// Every change (the latest batch of a task may move to any dataset).
+    Everything,
+}
+
+/// The long-polls waiting now, indexed by what they wait for, so that a
+/// change wakes only the waiters of the partitions it touched.
+#[derive(Default)]
+struct Waiters {
+    next_id: u64,
+    /// dataset → partition → the waiters on it.
+    partitions: HashMap<String, HashMap<String, HashMap<u64, Arc<Notify>>>>,
+    everything: HashMap<u64, Arc<Notify>>,
+}
+
+impl Waiters {
+    fn each(&self, change: Option<&Change>, mut f: impl FnMut(&Notify)) {
+        self.everything.values().for_each(|n| f(n));
+        let datasets: Box<dyn Iterator<Item = &HashMap<String, HashMap<u64, Arc<Notify>>>>> = match change {
+            None => Box::new(self.partitions.values()),
+            Some(c) => Box::new(self.partitions.get(&c.dataset).into_iter()),
+        };
+        for by_partition in datasets {
+            match change.and_then(|c| c.partitions.as_ref()) {
+                None => by_partition.values().flat_map(HashMap::values).for_each(|n| f(n)),
+                Some(ps) => ps.iter().filter_map(|p| by_partition.get(p)).flat_map(HashMap::values).for_each(|n| f(n)),
+            }
+        }
+    }
+}
+
+/// One long-poll's registration with the hub, removed when dropped.
+pub struct Watch {
+    hub: Arc<ChangeHub>,
+    id: u64,
+    interest: Interest,
+    notify: Arc<Notify>,
+}
+
+impl Watch {
+    /// Resolves once a change that may concern this watch has been published
+    /// since the previous call (or since the watch was made), or the hub may
+    /// have missed changes: the waiter should look again.
+    pub async fn changed(&self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut w = self.hub.waiters.lock().expect("waiters lock");
+        match &self.interest {
+            Interest::Everything => {
+                w.everything.remove(&self.id);
+            }
+            Interest::Partitions { dataset, partitions } => {
+                let Some(by_partition) = w.partitions.get_mut(dataset) else { return };
+                for p in partitions {
+                    if let Some(ids) = by_partition.get_mut(p) {
+                        ids.remove(&self.id);
+                        if ids.is_empty() {
+                            by_partition.remove(p);
+                        }
+                    }
+                }
+                if by_partition.is_empty() {
+                    w.partitions.remove(dataset);
+                }
+            }
+        }
+    }
 }
 
 /// Most partition entries the cache holds before it starts afresh.
@@ -63,7 +131,7 @@ pub struct TaskLatest {
 }
 
 pub struct ChangeHub {
-    sender: broadcast::Sender<Signal>,
+    waiters: Mutex<Waiters>,
     cache: RwLock<CacheInner>,
 }
 
@@ -75,9 +143,8 @@ impl ChangeHub {
     /// `cache_enabled` starts false where changes could be missed until a
     /// notification connection is up (PostgreSQL).
     pub fn new(cache_enabled: bool) -> Arc<Self> {
-        let (sender, _) = broadcast::channel(4096);
         Arc::new(Self {
-            sender,
+            waiters: Mutex::default(),
             cache: RwLock::new(CacheInner {
                 generation: 0,
                 enabled: cache_enabled,
@@ -88,8 +155,32 @@ impl ChangeHub {
         })
     }
 
-    pub fn subscribe(&self) -> broadcast::Receiver<Signal> {
-        self.sender.subscribe()
+    /// Registers a long-poll: changes touching `interest` wake it from now on.
+    /// Made before the waiter's first look, so a change between that look and
+    /// its wait still wakes it (the wake-up is kept until it waits).
+    pub fn watch(self: &Arc<Self>, interest: Interest) -> Watch {
+        let notify = Arc::new(Notify::new());
+        let mut w = self.waiters.lock().expect("waiters lock");
+        w.next_id += 1;
+        let id = w.next_id;
+        match &interest {
+            Interest::Everything => {
+                w.everything.insert(id, notify.clone());
+            }
+            Interest::Partitions { dataset, partitions } => {
+                let by_partition = w.partitions.entry(dataset.clone()).or_default();
+                for p in partitions {
+                    by_partition.entry(p.clone()).or_default().insert(id, notify.clone());
+                }
+            }
+        }
+        drop(w);
+        Watch { hub: self.clone(), id, interest, notify }
+    }
+
+    /// Wakes the waiters `change` concerns; every waiter when `None`.
+    fn wake(&self, change: Option<&Change>) {
+        self.waiters.lock().expect("waiters lock").each(change, Notify::notify_one);
     }
 
     /// A committed change: invalidate, then wake waiters.
@@ -115,7 +206,7 @@ impl ChangeHub {
                 }
             }
         }
-        let _ = self.sender.send(Signal::Changed(Arc::new(change)));
+        self.wake(Some(&change));
     }
 
     /// Changes may have been missed: drop the cache, stop caching until
@@ -129,7 +220,7 @@ impl ChangeHub {
             c.tasks.clear();
             c.entries = 0;
         }
-        let _ = self.sender.send(Signal::Resync);
+        self.wake(None);
     }
 
     /// Notifications flow again: caching may resume.
@@ -138,7 +229,7 @@ impl ChangeHub {
         c.generation += 1;
         c.enabled = true;
         drop(c);
-        let _ = self.sender.send(Signal::Resync);
+        self.wake(None);
     }
 
     pub fn generation(&self) -> Generation {
@@ -223,17 +314,52 @@ mod tests {
         assert_eq!(hub.cached_partition("d", "dt=2026-08-24"), Some(Some(Arc::new(rec(2)))));
     }
 
+    /// Whether `watch` was woken (consuming the wake-up).
+    fn woken(watch: &Watch) -> bool {
+        use std::future::Future;
+        let mut fut = std::pin::pin!(watch.changed());
+        let waker = std::task::Waker::noop();
+        fut.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_ready()
+    }
+
+    fn partitions(dataset: &str, ps: &[&str]) -> Interest {
+        Interest::Partitions { dataset: dataset.into(), partitions: ps.iter().map(|p| (*p).into()).collect() }
+    }
+
     #[test]
-    fn publishing_evicts_only_the_named_partitions_and_wakes_subscribers() {
+    fn publishing_evicts_only_the_named_partitions_and_wakes_only_their_waiters() {
         let hub = ChangeHub::new(true);
-        let mut rx = hub.subscribe();
+        let on_a1 = hub.watch(partitions("d", &["a=1"]));
+        let on_a2 = hub.watch(partitions("d", &["a=2", "a=3"]));
+        let on_other = hub.watch(partitions("e", &["a=1"]));
+        let on_all = hub.watch(Interest::Everything);
         let g = hub.generation();
         hub.fill_partition(g, "d", "a=1", None);
         hub.fill_partition(g, "d", "a=2", None);
         hub.publish(Change { dataset: "d".into(), partitions: Some(vec!["a=1".into()]) });
         assert_eq!(hub.cached_partition("d", "a=1"), None);
         assert_eq!(hub.cached_partition("d", "a=2"), Some(None), "an unchanged partition stays cached");
-        assert!(matches!(rx.try_recv(), Ok(Signal::Changed(c)) if c.touches("d", "a=1") && !c.touches("d", "a=2")));
+        assert!(woken(&on_a1), "the waiter on the changed partition wakes");
+        assert!(!woken(&on_a2), "a waiter on other partitions of the dataset sleeps on");
+        assert!(!woken(&on_other), "a waiter on another dataset sleeps on");
+        assert!(woken(&on_all), "a waiter on everything wakes");
+        assert!(!woken(&on_a1), "one change, one wake-up");
+
+        hub.publish(Change { dataset: "d".into(), partitions: None });
+        assert!(woken(&on_a1) && woken(&on_a2) && !woken(&on_other), "a dataset-wide change wakes its waiters");
+        hub.suspend();
+        assert!(woken(&on_a1) && woken(&on_a2) && woken(&on_other) && woken(&on_all), "a resync wakes everyone");
+    }
+
+    #[test]
+    fn a_dropped_watch_leaves_nothing_behind() {
+        let hub = ChangeHub::new(true);
+        let a = hub.watch(partitions("d", &["a=1", "a=2"]));
+        let b = hub.watch(partitions("d", &["a=1"]));
+        let c = hub.watch(Interest::Everything);
+        drop((a, b, c));
+        let w = hub.waiters.lock().unwrap();
+        assert!(w.partitions.is_empty() && w.everything.is_empty());
     }
 
     #[test]

@@ -17,12 +17,11 @@ use axum::{Json, Router};
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use super::query::Params;
 use super::{AppState, MAX_WAIT_SECONDS};
-use crate::changes::{Signal, TaskLatest};
+use crate::changes::{Interest, TaskLatest};
 use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
 use crate::domain::readiness::Fitness;
 use crate::error::{Error, Result};
@@ -314,14 +313,14 @@ async fn evaluate_or_unavailable(app: &AppState, target: &Target) -> Answer {
     }
 }
 
-fn relevant(target: &Target, signal: &Signal) -> bool {
-    match (target, signal) {
-        (_, Signal::Resync) => true,
-        (Target::Partitions { dataset, partitions }, Signal::Changed(c)) => {
-            partitions.iter().any(|p| c.touches(dataset, p))
+/// What a long-poll on `target` must be woken by.
+fn interest(target: &Target) -> Interest {
+    match target {
+        Target::Partitions { dataset, partitions } => {
+            Interest::Partitions { dataset: dataset.clone(), partitions: partitions.clone() }
         }
         // The latest batch of a task may move to any dataset: look again.
-        (Target::Task { .. }, Signal::Changed(_)) => true,
+        Target::Task { .. } => Interest::Everything,
     }
 }
 
@@ -370,9 +369,9 @@ async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response
 /// Answers as soon as the target is ready, else at the deadline. Between
 /// evaluations it sleeps on the change hub: no polling of the database.
 async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Instant) -> Answer {
-    // Subscribe before the first look, so a change between the look and the
-    // wait still wakes us.
-    let mut rx = app.hub.subscribe();
+    // Watch before the first look, so a change between the look and the
+    // wait still wakes us. Only changes of the target's partitions do.
+    let watch = app.hub.watch(interest(target));
     let _waiting = app.metrics.long_poll();
     loop {
         let answer = evaluate_or_unavailable(app, target).await;
@@ -382,18 +381,13 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
         if app.stopping.is_stopping() {
             return shutting_down();
         }
-        loop {
-            let signal = tokio::select! {
-                r = tokio::time::timeout_at(deadline, rx.recv()) => r,
-                () = app.stopping.wait() => return shutting_down(),
-            };
-            match signal {
-                Err(_elapsed) => return answer,
-                Ok(Ok(signal)) if relevant(target, &signal) => break,
-                Ok(Ok(_)) => continue,
-                Ok(Err(RecvError::Lagged(_))) => break,
-                Ok(Err(RecvError::Closed)) => return answer,
+        tokio::select! {
+            woken = tokio::time::timeout_at(deadline, watch.changed()) => {
+                if woken.is_err() {
+                    return answer;
+                }
             }
+            () = app.stopping.wait() => return shutting_down(),
         }
     }
 }
