@@ -91,3 +91,77 @@ async fn commit_path_lineage_statements_seek_indexes(app: TestApp) {
 }
 
 on_both_backends!(commit_path_lineage_statements_seek_indexes);
+
+/// The registry's tables that grow with it: no statement of the start,
+/// commit and fail path may read one of them whole.
+const GROWING: &str = "'batches', 'task_produce_log', 'partitions', 'batch_inputs', 'batch_events', 'changes', \
+     'alerts', 'audit', 'task_seq', 'webhook_outbox'";
+
+/// Sequential scans of each growing table so far, once every other session
+/// of the database has ended (a session hands its counters over at exit;
+/// the service's pool opens new ones, which start with the planner setting
+/// the database has now).
+async fn seq_scans(app: &TestApp) -> Vec<(String, i64)> {
+    let mut c = sqlx::PgConnection::connect(&app.db.url).await.expect("postgres");
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut c)
+    .await
+    .expect("sessions");
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid")
+        .bind(&pids)
+        .execute(&mut c)
+        .await
+        .expect("end");
+    for _ in 0..200 {
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ANY($1)")
+            .bind(&pids)
+            .fetch_one(&mut c)
+            .await
+            .expect("sessions left");
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    sqlx::query("SELECT pg_stat_clear_snapshot()").execute(&mut c).await.expect("snapshot");
+    let sql = format!(
+        "SELECT relname::text, seq_scan FROM pg_stat_user_tables WHERE relname IN ({GROWING}) ORDER BY relname"
+    );
+    sqlx::query_as(&sql).fetch_all(&mut c).await.expect("counters")
+}
+
+/// Every statement a start, a commit (a restatement with a reader, so
+/// lineage walks) and a fail run on PostgreSQL is an index seek: with
+/// sequential scans priced out the planner still picks one where no index
+/// can answer, and the table's scan counter says so, whichever statement it
+/// was. (The lineage statements are checked on both backends above.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_start_commit_and_fail_read_no_growing_table_whole() {
+    let Some(app) = TestApp::spawn(Backend::Postgres).await else { return };
+    app.sql(&seed::postgres(20, 40)).await;
+    app.sql("DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET enable_seqscan = off', current_database()); END $$")
+        .await;
+    let before = seq_scans(&app).await;
+    assert_eq!(before.len(), GROWING.split(',').count(), "every growing table is counted: {before:?}");
+
+    let id = app.start_ok("t3", "ds3", "2000-01-07", &["dt=2000-01-07"]).await;
+    let (status, record) = app.commit(&id, &clean("dt=2000-01-07", 1000)).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    let id = app.start_ok("t5", "ds5", "2000-01-09", &["dt=2000-01-09"]).await;
+    let (status, body) = app
+        .post(&format!("/v1/batches/{id}/fail"), &serde_json::json!({"stage": "write", "category": "resource"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_ne!(app.ready("ds4", &["dt=2000-01-07"]).await.0, StatusCode::OK, "the reader of the restatement is stale");
+
+    let after = seq_scans(&app).await;
+    let scanned: Vec<String> = before
+        .iter()
+        .zip(&after)
+        .filter(|((_, a), (_, b))| b > a)
+        .map(|((t, a), (_, b))| format!("{t}: {} sequential scans", b - a))
+        .collect();
+    assert!(scanned.is_empty(), "start/commit/fail read whole tables: {scanned:?}");
+}
