@@ -483,6 +483,9 @@ struct Writes {
     clients: usize,
     per_second: f64,
     p99: Duration,
+    /// Cycles that failed (e.g. 503 storage_unavailable), and the first error.
+    failed: usize,
+    first_failure: Option<String>,
     pgbench: Option<f64>,
 }
 
@@ -711,21 +714,28 @@ async fn writes(http: &reqwest::Client, bases: &[String], db: &Db, knobs: &Knobs
                 tokio::spawn(async move {
                     let (task, dataset) = (format!("w{clients}_{c}"), format!("w{clients}.c{c}"));
                     let first: NaiveDate = "2100-01-01".parse()?;
-                    let mut took = Vec::new();
+                    let (mut took, mut failed, mut n) = (Vec::new(), Vec::new(), 0);
                     while Instant::now() < until {
-                        let dt = first.checked_add_days(Days::new(took.len() as u64)).context("date")?;
+                        let dt = first.checked_add_days(Days::new(n)).context("date")?;
+                        n += 1;
                         let began = Instant::now();
-                        cycle(&http, &base, &task, &dataset, dt).await?;
-                        took.push(micros(began.elapsed()));
+                        // A refused write (503 when the database's lock was
+                        // not had in time) is counted, not fatal.
+                        match cycle(&http, &base, &task, &dataset, dt).await {
+                            Ok(_) => took.push(micros(began.elapsed())),
+                            Err(e) => failed.push(e.to_string()),
+                        }
                     }
-                    anyhow::Ok(took)
+                    anyhow::Ok((took, failed))
                 })
             })
             .collect();
         let began = Instant::now();
-        let mut all = Vec::new();
+        let (mut all, mut failed) = (Vec::new(), Vec::new());
         for t in tasks {
-            all.extend(t.await??);
+            let (took, errors) = t.await??;
+            all.extend(took);
+            failed.extend(errors);
         }
         let elapsed = began.elapsed();
         all.sort_unstable();
@@ -736,7 +746,9 @@ async fn writes(http: &reqwest::Client, bases: &[String], db: &Db, knobs: &Knobs
         out.push(Writes {
             clients,
             per_second: all.len() as f64 / elapsed.as_secs_f64(),
-            p99: load::percentile(&all, 0.99),
+            p99: if all.is_empty() { Duration::MAX } else { load::percentile(&all, 0.99) },
+            failed: failed.len(),
+            first_failure: failed.into_iter().next(),
             pgbench,
         });
     }
@@ -1037,16 +1049,20 @@ fn report(backend: Backend, s: &Figures, b: &Figures) {
     for w in &s.writes {
         let pgb = w.pgbench.map_or(String::new(), |t| format!("   pgbench 1 INSERT + 1 UPDATE: {t:.0} tx/s"));
         let judged = if w.clients == 32 {
-            format!("  goal >= {goal:.0}/s  {}", verdict(w.per_second >= goal))
+            format!("  goal >= {goal:.0}/s  {}", verdict(w.per_second >= goal && w.failed == 0))
         } else {
             String::new()
         };
         println!(
-            "  {:>2} clients: {:>7.0} batches/s  cycle p99 {:>7.1} ms{pgb}{judged}",
+            "  {:>2} clients: {:>7.0} batches/s  cycle p99 {:>7.1} ms  failed cycles {}{pgb}{judged}",
             w.clients,
             w.per_second,
-            w.p99.as_secs_f64() * 1e3
+            w.p99.as_secs_f64() * 1e3,
+            w.failed
         );
+        if let Some(e) = &w.first_failure {
+            println!("      first failure: {e}");
+        }
     }
     if let Some(w) = &s.waiters {
         println!();
