@@ -50,7 +50,7 @@ Authentication: `Authorization: Bearer <token>` with an API token (`bgt_…`, fr
         http::audit::list,
     ),
     components(
-        schemas(crate::api::schemas::CheckName, crate::api::schemas::EventKind),
+        schemas(crate::domain::checks::CheckName, crate::domain::batch::EventKind),
         responses(
             super::BadRequest,
             super::PayloadTooLarge,

@@ -125,7 +125,7 @@ pub struct RejectionError {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct RejectionDetails {
     pub batch_id: String,
-    #[schema(value_type = Vec<crate::api::schemas::CheckName>)]
+    #[schema(value_type = Vec<crate::domain::checks::CheckName>)]
     pub failed_checks: Vec<String>,
 }
 
@@ -402,7 +402,7 @@ pub struct LineageBatch {
     pub state: BatchState,
     /// When the commit was rejected: the blocking checks that failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schema(value_type = Vec<crate::api::schemas::CheckName>)]
+    #[schema(value_type = Vec<crate::domain::checks::CheckName>)]
     pub failed_checks: Vec<String>,
 }
 

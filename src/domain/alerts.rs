@@ -1,7 +1,7 @@
 //! What an alert tells the person on call: how bad, who owns it, what to do.
 
 use super::batch::{FailCategory, FailStage};
-use super::checks::CheckStatus;
+use super::checks::{CheckName, CheckStatus};
 use super::policy::{string_enum, Tier};
 use super::readiness::Fitness;
 
@@ -10,10 +10,16 @@ string_enum! {
 }
 
 string_enum! {
+    /// An alert is open until every partition it names is fit to read again.
+    AlertState { Open = "open", Resolved = "resolved" }
+}
+
+string_enum! {
     Severity { Critical = "critical", Warning = "warning", Info = "info" }
 }
 
 string_enum! {
+    /// What the owner should do.
     Action {
         WaitForRetry = "wait_for_retry",
         CleanResidueThenRerun = "clean_residue_then_rerun",
@@ -64,13 +70,13 @@ pub fn for_failure(category: FailCategory, stage: FailStage) -> Advice {
 
 /// A rejected commit, from the checks that failed: extra rows mean a dirty
 /// rerun (clean and rerun); wrong numbers mean the source is off.
-pub fn for_rejection<'a>(failed: impl IntoIterator<Item = (&'a str, CheckStatus)>) -> Advice {
-    let failed: Vec<&str> = failed.into_iter().filter(|(_, s)| *s == CheckStatus::Fail).map(|(n, _)| n).collect();
+pub fn for_rejection(failed: impl IntoIterator<Item = (CheckName, CheckStatus)>) -> Advice {
+    use CheckName::*;
+    let failed: Vec<CheckName> = failed.into_iter().filter(|(_, s)| *s == CheckStatus::Fail).map(|(n, _)| n).collect();
     let source_problem =
-        failed.iter().any(|n| matches!(*n, "volume_vs_baseline" | "source_reconciliation" | "null_keys" | "non_empty"));
-    let duplicate_problem = failed
-        .iter()
-        .any(|n| matches!(*n, "rows_match_written" | "unique_keys" | "partitions_complete" | "marker_present"));
+        failed.iter().any(|n| matches!(n, VolumeVsBaseline | SourceReconciliation | NullKeys | NonEmpty));
+    let duplicate_problem =
+        failed.iter().any(|n| matches!(n, RowsMatchWritten | UniqueKeys | PartitionsComplete | MarkerPresent));
     if source_problem && !duplicate_problem {
         Advice { action: Action::FixSourceData, owner: OwnerOf::Upstream, retryable: false }
     } else {
@@ -119,14 +125,21 @@ mod tests {
 
     #[test]
     fn rejections_split_into_duplicates_and_bad_sources() {
-        assert_eq!(for_rejection([("unique_keys", CheckStatus::Fail)]).action, Action::CleanResidueThenRerun);
-        assert_eq!(for_rejection([("rows_match_written", CheckStatus::Fail)]).action, Action::CleanResidueThenRerun);
-        assert_eq!(for_rejection([("volume_vs_baseline", CheckStatus::Fail)]).action, Action::FixSourceData);
+        assert_eq!(for_rejection([(CheckName::UniqueKeys, CheckStatus::Fail)]).action, Action::CleanResidueThenRerun);
         assert_eq!(
-            for_rejection([("source_reconciliation", CheckStatus::Fail), ("unique_keys", CheckStatus::Pass)]).action,
+            for_rejection([(CheckName::RowsMatchWritten, CheckStatus::Fail)]).action,
+            Action::CleanResidueThenRerun
+        );
+        assert_eq!(for_rejection([(CheckName::VolumeVsBaseline, CheckStatus::Fail)]).action, Action::FixSourceData);
+        assert_eq!(
+            for_rejection([
+                (CheckName::SourceReconciliation, CheckStatus::Fail),
+                (CheckName::UniqueKeys, CheckStatus::Pass)
+            ])
+            .action,
             Action::FixSourceData
         );
-        assert_eq!(for_rejection([("null_keys", CheckStatus::Fail)]).owner, OwnerOf::Upstream);
+        assert_eq!(for_rejection([(CheckName::NullKeys, CheckStatus::Fail)]).owner, OwnerOf::Upstream);
     }
 
     #[test]

@@ -32,6 +32,20 @@ string_enum! {
     FailCategory { Resource = "resource", Data = "data", Logic = "logic", PartialWrite = "partial_write", Unknown = "unknown" }
 }
 
+string_enum! {
+    /// What happened to a batch, as its event history lists it.
+    EventKind {
+        Started = "started",
+        Heartbeat = "heartbeat",
+        Written = "written",
+        Committed = "committed",
+        Failed = "failed",
+        Abandoned = "abandoned",
+        Superseded = "superseded",
+        FailAfterPublish = "fail_after_publish",
+    }
+}
+
 impl FailStage {
     /// A failure at `read` or `compute` happened before any write, so the
     /// table still holds exactly what the earlier version published.

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::names::PartitionSpec;
-use super::policy::{DatasetPolicy, WriteMode};
+use super::policy::{string_enum, DatasetPolicy, WriteMode};
 
 /// Counts a task reports for one partition after writing it.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +45,20 @@ pub struct PartitionHistory {
     pub baseline: Vec<i64>,
 }
 
+string_enum! {
+    /// The commit checks, in the order they run.
+    CheckName {
+        MarkerPresent = "marker_present",
+        PartitionsComplete = "partitions_complete",
+        RowsMatchWritten = "rows_match_written",
+        UniqueKeys = "unique_keys",
+        NullKeys = "null_keys",
+        NonEmpty = "non_empty",
+        VolumeVsBaseline = "volume_vs_baseline",
+        SourceReconciliation = "source_reconciliation",
+    }
+}
+
 /// `fail` only when the check failed and blocks under the dataset's tier; a
 /// failing non-blocking check is `warn`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -59,8 +73,7 @@ pub enum CheckStatus {
 /// One check's outcome, as the API reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CheckResult {
-    #[schema(value_type = crate::api::schemas::CheckName)]
-    pub name: &'static str,
+    pub name: CheckName,
     /// The partition checked; absent for batch-wide checks (`marker_present`,
     /// `partitions_complete`, `source_reconciliation`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -103,7 +116,7 @@ struct Builder<'a> {
 impl Builder<'_> {
     fn push(
         &mut self,
-        name: &'static str,
+        name: CheckName,
         partition: Option<&PartitionSpec>,
         observed: Value,
         expected: Value,
@@ -162,7 +175,7 @@ pub fn evaluate(
     // 1. marker_present
     let marker = evidence.marker.trim();
     b.push(
-        "marker_present",
+        CheckName::MarkerPresent,
         None,
         json!(evidence.marker),
         json!("a non-empty completion marker"),
@@ -182,7 +195,7 @@ pub fn evaluate(
     let unexpected: Vec<String> = seen.difference(&declared_set).map(|p| p.to_string()).collect();
     let complete = missing.is_empty() && unexpected.is_empty() && duplicated.is_empty();
     b.push(
-        "partitions_complete",
+        CheckName::PartitionsComplete,
         None,
         json!({"reported": evidence.partitions.len(), "missing": missing, "unexpected": unexpected, "duplicated": duplicated}),
         json!({"declared": declared.len()}),
@@ -213,7 +226,7 @@ pub fn evaluate(
         };
         match expected_rows {
             Some(None) => b.push(
-                "rows_match_written",
+                CheckName::RowsMatchWritten,
                 spec,
                 json!(p.row_count),
                 Value::Null,
@@ -225,7 +238,7 @@ pub fn evaluate(
                 )),
             ),
             None => b.push(
-                "rows_match_written",
+                CheckName::RowsMatchWritten,
                 spec,
                 json!(p.row_count),
                 Value::Null,
@@ -234,7 +247,7 @@ pub fn evaluate(
                 ),
             ),
             Some(Some(exp)) => b.push(
-                "rows_match_written",
+                CheckName::RowsMatchWritten,
                 spec,
                 json!(p.row_count),
                 json!(exp),
@@ -255,14 +268,14 @@ pub fn evaluate(
         // 4. unique_keys
         match p.distinct_keys {
             None => b.push(
-                "unique_keys",
+                CheckName::UniqueKeys,
                 spec,
                 Value::Null,
                 json!(p.row_count),
                 Outcome::Skipped("distinct_keys not reported".into()),
             ),
             Some(d) => b.push(
-                "unique_keys",
+                CheckName::UniqueKeys,
                 spec,
                 json!(d),
                 json!(p.row_count),
@@ -280,9 +293,15 @@ pub fn evaluate(
 
         // 5. null_keys
         match p.null_keys {
-            None => b.push("null_keys", spec, Value::Null, json!(0), Outcome::Skipped("null_keys not reported".into())),
+            None => b.push(
+                CheckName::NullKeys,
+                spec,
+                Value::Null,
+                json!(0),
+                Outcome::Skipped("null_keys not reported".into()),
+            ),
             Some(n) => b.push(
-                "null_keys",
+                CheckName::NullKeys,
                 spec,
                 json!(n),
                 json!(0),
@@ -297,7 +316,7 @@ pub fn evaluate(
         // 6. non_empty
         if policy.allow_empty {
             b.push(
-                "non_empty",
+                CheckName::NonEmpty,
                 spec,
                 json!(p.row_count),
                 Value::Null,
@@ -305,7 +324,7 @@ pub fn evaluate(
             );
         } else {
             b.push(
-                "non_empty",
+                CheckName::NonEmpty,
                 spec,
                 json!(p.row_count),
                 json!("> 0"),
@@ -320,14 +339,14 @@ pub fn evaluate(
         // 7. volume_vs_baseline
         match median(&hist.baseline) {
             None => b.push(
-                "volume_vs_baseline",
+                CheckName::VolumeVsBaseline,
                 spec,
                 json!(p.row_count),
                 Value::Null,
                 Outcome::Skipped("no published history on earlier dates".into()),
             ),
             Some(0.0) => b.push(
-                "volume_vs_baseline",
+                CheckName::VolumeVsBaseline,
                 spec,
                 json!(p.row_count),
                 json!({"baseline": 0, "periods": hist.baseline.len()}),
@@ -340,7 +359,7 @@ pub fn evaluate(
             Some(base) => {
                 let change = (p.row_count as f64 - base) / base;
                 b.push(
-                    "volume_vs_baseline",
+                    CheckName::VolumeVsBaseline,
                     spec,
                     json!({"row_count": p.row_count, "change": change}),
                     json!({"baseline": base, "periods": hist.baseline.len(), "max_change": policy.max_volume_change}),
@@ -366,7 +385,7 @@ pub fn evaluate(
     // 8. source_reconciliation
     match &evidence.source {
         None => b.push(
-            "source_reconciliation",
+            CheckName::SourceReconciliation,
             None,
             Value::Null,
             Value::Null,
@@ -411,7 +430,7 @@ pub fn evaluate(
                 }
             }
             b.push(
-                "source_reconciliation",
+                CheckName::SourceReconciliation,
                 None,
                 Value::Object(observed),
                 Value::Object(expected),
@@ -452,7 +471,7 @@ mod tests {
         CommitEvidence { marker: "_SUCCESS".into(), partitions: parts, source: None }
     }
 
-    fn status_of(v: &Verdict, name: &str) -> CheckStatus {
+    fn status_of(v: &Verdict, name: CheckName) -> CheckStatus {
         v.checks.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no check {name}")).status
     }
 
@@ -471,8 +490,8 @@ mod tests {
     fn a_clean_commit_passes_every_check() {
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &commit(vec![part("dt=2026-08-24", 10, 10)]));
         assert!(v.passed, "{v:?}");
-        assert_eq!(status_of(&v, "volume_vs_baseline"), CheckStatus::Skipped);
-        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Skipped);
+        assert_eq!(status_of(&v, CheckName::VolumeVsBaseline), CheckStatus::Skipped);
+        assert_eq!(status_of(&v, CheckName::SourceReconciliation), CheckStatus::Skipped);
     }
 
     #[test]
@@ -484,7 +503,7 @@ mod tests {
             &commit(vec![part("dt=2026-08-24", 1_000_000, 1_920_000)]),
         );
         assert!(!v.passed);
-        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::RowsMatchWritten), CheckStatus::Fail);
     }
 
     #[test]
@@ -497,18 +516,18 @@ mod tests {
             &[("dt=2026-08-24", hist.clone())],
             &commit(vec![part("dt=2026-08-24", 10, 110)]),
         );
-        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Pass);
+        assert_eq!(status_of(&v, CheckName::RowsMatchWritten), CheckStatus::Pass);
         let v = run(
             &policy,
             &["dt=2026-08-24"],
             &[("dt=2026-08-24", hist.clone())],
             &commit(vec![part("dt=2026-08-24", 10, 10)]),
         );
-        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::RowsMatchWritten), CheckStatus::Fail);
         policy.write_mode = WriteMode::Merge;
         let v =
             run(&policy, &["dt=2026-08-24"], &[("dt=2026-08-24", hist)], &commit(vec![part("dt=2026-08-24", 10, 999)]));
-        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Skipped);
+        assert_eq!(status_of(&v, CheckName::RowsMatchWritten), CheckStatus::Skipped);
     }
 
     #[test]
@@ -516,11 +535,11 @@ mod tests {
         let policy = DatasetPolicy { tier: Tier::Scratch, ..Default::default() };
         let v = run(&policy, &["h=1", "h=2"], &[], &commit(vec![part("h=1", 1, 1), part("h=3", 1, 1)]));
         assert!(!v.passed);
-        let c = v.checks.iter().find(|c| c.name == "partitions_complete").unwrap();
+        let c = v.checks.iter().find(|c| c.name == CheckName::PartitionsComplete).unwrap();
         assert_eq!(c.observed["missing"], json!(["h=2"]));
         assert_eq!(c.observed["unexpected"], json!(["h=3"]));
         let dup = run(&policy, &["h=1"], &[], &commit(vec![part("h=1", 1, 1), part("h=1", 1, 1)]));
-        assert_eq!(status_of(&dup, "partitions_complete"), CheckStatus::Fail);
+        assert_eq!(status_of(&dup, CheckName::PartitionsComplete), CheckStatus::Fail);
     }
 
     #[test]
@@ -529,15 +548,15 @@ mod tests {
         p.distinct_keys = Some(9);
         p.null_keys = Some(2);
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &commit(vec![p]));
-        assert_eq!(status_of(&v, "unique_keys"), CheckStatus::Fail);
-        assert_eq!(status_of(&v, "null_keys"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::UniqueKeys), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::NullKeys), CheckStatus::Fail);
         assert!(!v.passed);
     }
 
     #[test]
     fn empty_partitions_fail_unless_allowed() {
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &commit(vec![part("dt=2026-08-24", 0, 0)]));
-        assert_eq!(status_of(&v, "non_empty"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::NonEmpty), CheckStatus::Fail);
         let allow = DatasetPolicy { allow_empty: true, ..Default::default() };
         let v = run(&allow, &["dt=2026-08-24"], &[], &commit(vec![part("dt=2026-08-24", 0, 0)]));
         assert!(v.passed, "{v:?}");
@@ -551,15 +570,15 @@ mod tests {
         };
         let ev = commit(vec![part("dt=2026-08-24", 100, 100)]);
         let standard = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[("dt=2026-08-24", hist.clone())], &ev);
-        assert_eq!(status_of(&standard, "volume_vs_baseline"), CheckStatus::Warn);
+        assert_eq!(status_of(&standard, CheckName::VolumeVsBaseline), CheckStatus::Warn);
         assert!(standard.passed);
         let core = DatasetPolicy { tier: Tier::Core, ..Default::default() };
         let v = run(&core, &["dt=2026-08-24"], &[("dt=2026-08-24", hist.clone())], &ev);
-        assert_eq!(status_of(&v, "volume_vs_baseline"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::VolumeVsBaseline), CheckStatus::Fail);
         assert!(!v.passed);
         let within = commit(vec![part("dt=2026-08-24", 800, 800)]);
         let v = run(&core, &["dt=2026-08-24"], &[("dt=2026-08-24", hist)], &within);
-        assert_eq!(status_of(&v, "volume_vs_baseline"), CheckStatus::Pass);
+        assert_eq!(status_of(&v, CheckName::VolumeVsBaseline), CheckStatus::Pass);
     }
 
     #[test]
@@ -570,13 +589,13 @@ mod tests {
         ev.source =
             Some(SourceEvidence { row_count: Some(3), metrics: [("amount".to_string(), 98765432.10 + 1e-8)].into() });
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
-        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Pass);
+        assert_eq!(status_of(&v, CheckName::SourceReconciliation), CheckStatus::Pass);
         ev.source = Some(SourceEvidence { row_count: Some(3), metrics: [("amount".to_string(), 98765000.0)].into() });
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
-        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::SourceReconciliation), CheckStatus::Fail);
         ev.source = Some(SourceEvidence { row_count: Some(4), metrics: BTreeMap::new() });
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24"], &[], &ev);
-        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::SourceReconciliation), CheckStatus::Fail);
     }
 
     #[test]
@@ -586,16 +605,16 @@ mod tests {
         let mut ev = commit(specs.iter().map(|s| part(s, 1 << 62, 1 << 62)).collect());
         ev.source = Some(SourceEvidence { row_count: Some(0), metrics: BTreeMap::new() });
         let v = run(&DatasetPolicy::default(), &specs, &[], &ev);
-        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::SourceReconciliation), CheckStatus::Fail);
         assert!(!v.passed);
-        let check = v.checks.iter().find(|c| c.name == "source_reconciliation").unwrap();
+        let check = v.checks.iter().find(|c| c.name == CheckName::SourceReconciliation).unwrap();
         assert!(check.message.contains("cannot be represented"), "{}", check.message);
 
         let append = DatasetPolicy { write_mode: WriteMode::Append, ..Default::default() };
         let hist = PartitionHistory { published_row_count: Some(i64::MAX), baseline: vec![] };
         let ev = commit(vec![part("dt=2026-08-24", 1, 0)]);
         let v = run(&append, &["dt=2026-08-24"], &[("dt=2026-08-24", hist)], &ev);
-        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::RowsMatchWritten), CheckStatus::Fail);
     }
 
     #[test]
@@ -611,8 +630,8 @@ mod tests {
         let mut ev = commit(parts);
         ev.source = Some(SourceEvidence { row_count: Some(2), metrics: [("amount".to_string(), 1e308)].into() });
         let v = run(&DatasetPolicy::default(), &["dt=2026-08-24/p=1", "dt=2026-08-24/p=2"], &[], &ev);
-        assert_eq!(status_of(&v, "source_reconciliation"), CheckStatus::Fail);
-        let check = v.checks.iter().find(|c| c.name == "source_reconciliation").unwrap();
+        assert_eq!(status_of(&v, CheckName::SourceReconciliation), CheckStatus::Fail);
+        let check = v.checks.iter().find(|c| c.name == CheckName::SourceReconciliation).unwrap();
         assert!(check.message.contains("too large"), "{}", check.message);
     }
 
@@ -621,12 +640,12 @@ mod tests {
         let scratch = DatasetPolicy { tier: Tier::Scratch, ..Default::default() };
         let v = run(&scratch, &["dt=2026-08-24"], &[], &commit(vec![part("dt=2026-08-24", 10, 20)]));
         assert!(v.passed);
-        assert_eq!(status_of(&v, "rows_match_written"), CheckStatus::Warn);
+        assert_eq!(status_of(&v, CheckName::RowsMatchWritten), CheckStatus::Warn);
         let mut no_marker = commit(vec![part("dt=2026-08-24", 10, 10)]);
         no_marker.marker = "  ".into();
         let v = run(&scratch, &["dt=2026-08-24"], &[], &no_marker);
         assert!(!v.passed);
-        assert_eq!(status_of(&v, "marker_present"), CheckStatus::Fail);
+        assert_eq!(status_of(&v, CheckName::MarkerPresent), CheckStatus::Fail);
     }
 
     #[test]

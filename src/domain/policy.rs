@@ -33,6 +33,8 @@ macro_rules! string_enum {
 }
 pub(crate) use string_enum;
 
+use super::checks::CheckName;
+
 string_enum! {
     /// How much a dataset's gate blocks.
     Tier { Core = "core", Standard = "standard", Scratch = "scratch" }
@@ -88,11 +90,11 @@ impl Default for DatasetPolicy {
 
 impl Tier {
     /// Whether a failing check of this name blocks publication, or only warns.
-    pub fn blocks(self, check: &str) -> bool {
+    pub fn blocks(self, check: CheckName) -> bool {
         match self {
             Tier::Core => true,
-            Tier::Standard => check != "volume_vs_baseline",
-            Tier::Scratch => matches!(check, "marker_present" | "partitions_complete"),
+            Tier::Standard => check != CheckName::VolumeVsBaseline,
+            Tier::Scratch => matches!(check, CheckName::MarkerPresent | CheckName::PartitionsComplete),
         }
     }
 }
@@ -100,15 +102,16 @@ impl Tier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::checks::CheckName;
 
     #[test]
     fn tiers_block_what_the_contract_says() {
-        assert!(Tier::Core.blocks("volume_vs_baseline"));
-        assert!(!Tier::Standard.blocks("volume_vs_baseline"));
-        assert!(Tier::Standard.blocks("unique_keys"));
-        assert!(Tier::Scratch.blocks("partitions_complete"));
-        assert!(Tier::Scratch.blocks("marker_present"));
-        assert!(!Tier::Scratch.blocks("rows_match_written"));
+        assert!(Tier::Core.blocks(CheckName::VolumeVsBaseline));
+        assert!(!Tier::Standard.blocks(CheckName::VolumeVsBaseline));
+        assert!(Tier::Standard.blocks(CheckName::UniqueKeys));
+        assert!(Tier::Scratch.blocks(CheckName::PartitionsComplete));
+        assert!(Tier::Scratch.blocks(CheckName::MarkerPresent));
+        assert!(!Tier::Scratch.blocks(CheckName::RowsMatchWritten));
     }
 
     #[test]

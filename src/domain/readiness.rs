@@ -52,6 +52,17 @@ string_enum! {
     }
 }
 
+string_enum! {
+    /// A readiness change, as the change feed lists it.
+    ChangeKind {
+        Published = "published",
+        Restated = "restated",
+        Invalidated = "invalidated",
+        Stale = "stale",
+        FreshAgain = "fresh_again",
+    }
+}
+
 /// What the fitness rule reads from a partition's row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Standing {

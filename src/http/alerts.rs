@@ -22,7 +22,7 @@ pub fn router() -> Router<AppState> {
     operation_id = "listAlerts",
     summary = "List alerts, newest first",
     params(
-        ("state" = Option<crate::api::schemas::AlertState>, Query, description = "open or resolved"),
+        ("state" = Option<crate::domain::alerts::AlertState>, Query, description = "open or resolved"),
         ("dataset" = Option<String>, Query),
         ("severity" = Option<crate::domain::alerts::Severity>, Query),
         ("kind" = Option<crate::domain::alerts::AlertKind>, Query),

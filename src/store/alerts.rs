@@ -11,7 +11,8 @@ use super::db::{args, Conn};
 use super::lineage::{walk, Direction, DOWNSTREAM_DEPTH};
 use super::records::BatchRow;
 use super::records::{fitness_of, load_partition};
-use crate::domain::alerts::{severity, Action, Advice, AlertKind, Severity};
+use crate::domain::alerts::{severity, Action, Advice, AlertKind, AlertState, Severity};
+use crate::domain::batch::{FailCategory, FailStage};
 use crate::domain::policy::DatasetPolicy;
 use crate::error::Result;
 
@@ -27,8 +28,8 @@ pub(super) struct NewAlert {
     pub dt: Option<NaiveDate>,
     pub partitions: Vec<String>,
     pub batch_id: Option<String>,
-    pub stage: Option<String>,
-    pub category: Option<String>,
+    pub stage: Option<FailStage>,
+    pub category: Option<FailCategory>,
     pub failing_checks: Value,
     pub owner: Option<String>,
     pub action: Action,
@@ -78,28 +79,24 @@ pub(super) const ALERT_COLUMNS: &str =
 #[schema(as = Alert)]
 pub struct AlertRecord {
     pub id: i64,
-    #[schema(value_type = crate::domain::alerts::AlertKind)]
-    pub kind: String,
-    #[schema(value_type = crate::api::schemas::AlertState)]
-    pub state: String,
+    pub kind: AlertKind,
+    pub state: AlertState,
     /// From the dataset tier: core → critical, standard → warning, scratch → info.
-    #[schema(value_type = crate::domain::alerts::Severity)]
-    pub severity: String,
+    pub severity: Severity,
     pub task: Option<String>,
     pub dataset: String,
     pub dt: Option<NaiveDate>,
     #[schema(value_type = Vec<String>)]
     pub partitions: Json<Vec<String>>,
     pub batch_id: Option<String>,
-    pub stage: Option<String>,
-    pub category: Option<String>,
+    pub stage: Option<FailStage>,
+    pub category: Option<FailCategory>,
     #[schema(value_type = Vec<crate::domain::checks::CheckResult>)]
     pub failing_checks: Json<Value>,
     #[schema(value_type = Vec<Object>)]
     pub downstream: Json<Value>,
     pub owner: Option<String>,
-    #[schema(value_type = crate::api::schemas::RecommendedAction)]
-    pub recommended_action: String,
+    pub recommended_action: Action,
     pub retryable: bool,
     pub message: String,
     pub raised_at: DateTime<Utc>,
@@ -136,8 +133,8 @@ pub(super) async fn raise(
             &sql,
             args![
                 a.dedup_key,
-                a.kind.as_str(),
-                a.severity.as_str(),
+                a.kind,
+                a.severity,
                 a.task,
                 &a.dataset,
                 a.dt,
@@ -148,7 +145,7 @@ pub(super) async fn raise(
                 a.failing_checks,
                 json!(downstream),
                 a.owner,
-                a.action.as_str(),
+                a.action,
                 a.retryable,
                 a.message,
                 now

@@ -11,11 +11,11 @@ use sqlx::types::Json;
 use super::alerts::{self, NewAlert};
 use super::db::{args, Conn, Tx};
 use super::lineage;
-use super::records::{parse_col, BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue, DATASET_COLUMNS};
+use super::records::{BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue, DATASET_COLUMNS};
 use super::{Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
-use crate::domain::batch::{leaves_residue, touches_table, BatchState, FailStage};
+use crate::domain::batch::{leaves_residue, touches_table, BatchState, EventKind, FailStage};
 use crate::domain::names::BatchId;
 use crate::domain::policy::{DatasetPolicy, WriteMode};
 use crate::domain::readiness::{partition_state, PartitionState};
@@ -54,7 +54,7 @@ pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Opti
 pub(super) async fn event(
     c: &mut Conn<'_>,
     batch_id: &str,
-    kind: &str,
+    kind: EventKind,
     at: DateTime<Utc>,
     detail: Value,
 ) -> Result<()> {
@@ -72,7 +72,7 @@ pub(super) fn not_found(batch_id: &str) -> Error {
 
 /// Recomputes a partition's standing from its history in `task_produce_log`.
 async fn refresh_partition(c: &mut Conn<'_>, dataset: &str, partition: &str, now: DateTime<Utc>) -> Result<()> {
-    let history: Vec<(String, String, Option<String>)> = c
+    let history: Vec<(String, BatchState, Option<FailStage>)> = c
         .all(
             "SELECT l.batch_id, l.status, b.fail_stage FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
              WHERE l.target_table = $1 AND l.target_partition = $2 ORDER BY l.batch_seq DESC",
@@ -82,14 +82,12 @@ async fn refresh_partition(c: &mut Conn<'_>, dataset: &str, partition: &str, now
     let (version,): (i64,) = c
         .one("SELECT version FROM partitions WHERE dataset = $1 AND partition_spec = $2", args![dataset, partition])
         .await?;
-    let latest = history
-        .iter()
-        .find(|(_, status, stage)| touches_table(parse_col(status), stage.as_deref().map(parse_col::<FailStage>)));
-    let state = partition_state(latest.map(|(_, s, _)| parse_col(s)), version > 0);
+    let latest = history.iter().find(|(_, status, stage)| touches_table(*status, *stage));
+    let state = partition_state(latest.map(|(_, s, _)| *s), version > 0);
     let batch_id = latest.or(history.first()).map(|(b, _, _)| b.clone());
     c.exec(
         "UPDATE partitions SET state = $3, batch_id = $4, updated_at = $5 WHERE dataset = $1 AND partition_spec = $2",
-        args![dataset, partition, state.as_str(), batch_id, now],
+        args![dataset, partition, state, batch_id, now],
     )
     .await?;
     Ok(())
@@ -130,8 +128,8 @@ pub(super) async fn settle(
 }
 
 /// Earlier batches of a partition that did not publish and may have left rows.
-async fn residue_of(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Vec<(String, String)>> {
-    let rows: Vec<(String, String, Option<String>)> = c
+async fn residue_of(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Vec<(String, BatchState)>> {
+    let rows: Vec<(String, BatchState, Option<FailStage>)> = c
         .all(
             "SELECT l.batch_id, l.status, b.fail_stage FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
              WHERE l.target_table = $1 AND l.target_partition = $2 \
@@ -141,11 +139,7 @@ async fn residue_of(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<
             args![dataset, partition],
         )
         .await?;
-    Ok(rows
-        .into_iter()
-        .filter(|(_, status, stage)| leaves_residue(parse_col(status), stage.as_deref().map(parse_col::<FailStage>)))
-        .map(|(b, s, _)| (b, s))
-        .collect())
+    Ok(rows.into_iter().filter(|(_, status, stage)| leaves_residue(*status, *stage)).map(|(b, s, _)| (b, s)).collect())
 }
 
 pub(super) async fn load_policy(c: &mut Conn<'_>, dataset: &str) -> Result<DatasetRow> {
@@ -332,7 +326,7 @@ impl SqlStore {
         event(
             &mut c,
             &batch_id,
-            "started",
+            EventKind::Started,
             now,
             json!({"trigger": req.trigger, "run_ref": req.run_ref, "lease_expires_at": lease_expires_at, "residue": residue,
                    "retry": retry, "cleaned_batch_ids": req.cleaned_batch_ids}),
@@ -375,7 +369,8 @@ impl SqlStore {
             c.exec("UPDATE batches SET superseded_by = $2 WHERE batch_id = $1", args![&b.batch_id, by]).await?;
         }
         let parts = settle(c, b, BatchState::Abandoned, now).await?;
-        event(c, &b.batch_id, "abandoned", now, json!({"lease_expired_at": b.lease_expires_at, "by": by})).await?;
+        event(c, &b.batch_id, EventKind::Abandoned, now, json!({"lease_expired_at": b.lease_expires_at, "by": by}))
+            .await?;
         let advice = alert_rules::for_abandoned();
         let written =
             if b.written_at.is_some() { "after its write committed" } else { "before it reported a committed write" };
@@ -442,7 +437,7 @@ async fn record_heartbeat(
         .await?;
     let Some((id, at, detail)) = last else {
         let detail = json!({"first_at": now, "last_at": now, "count": 1, "lease_expires_at": lease_expires_at});
-        return event(c, batch_id, "heartbeat", now, detail).await;
+        return event(c, batch_id, EventKind::Heartbeat, now, detail).await;
     };
     let detail = detail.map(|j| j.0).unwrap_or_default();
     // A heartbeat event written before the summary kept no count: it was one.

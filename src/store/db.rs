@@ -109,7 +109,23 @@ macro_rules! text_enum {
     )+};
 }
 
-text_enum!(crate::domain::readiness::PartitionState);
+text_enum!(
+    crate::domain::alerts::Action,
+    crate::domain::alerts::AlertKind,
+    crate::domain::alerts::AlertState,
+    crate::domain::alerts::Severity,
+    crate::domain::batch::BatchState,
+    crate::domain::batch::EventKind,
+    crate::domain::batch::FailCategory,
+    crate::domain::batch::FailStage,
+    crate::domain::batch::Trigger,
+    crate::domain::checks::CheckName,
+    crate::domain::policy::Tier,
+    crate::domain::policy::WriteMode,
+    crate::domain::readiness::ChangeKind,
+    crate::domain::readiness::PartitionState,
+    crate::domain::repair::RepairAction,
+);
 
 /// Builds a `Vec<Arg>` from values of mixed types.
 macro_rules! args {

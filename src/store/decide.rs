@@ -15,7 +15,7 @@ use super::records::BatchRow;
 use super::{Decision, FailReport, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Advice, AlertKind, OwnerOf};
-use crate::domain::batch::BatchState;
+use crate::domain::batch::{BatchState, EventKind, FailStage};
 use crate::domain::checks::{self, CheckResult, CommitEvidence, PartitionHistory};
 use crate::domain::names::PartitionSpec;
 use crate::domain::policy::DatasetPolicy;
@@ -162,18 +162,26 @@ impl SqlStore {
             for (partition, version) in &published {
                 lineage::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut ripple).await?;
             }
-            event(&mut c, batch_id, "committed", now, json!({"state": "published", "marker": evidence.marker})).await?;
+            event(
+                &mut c,
+                batch_id,
+                EventKind::Committed,
+                now,
+                json!({"state": "published", "marker": evidence.marker}),
+            )
+            .await?;
             alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
             changed
         } else {
             let changed = settle(&mut c, &b, BatchState::Rejected, now).await?;
-            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name).collect();
-            event(&mut c, batch_id, "committed", now, json!({"state": "rejected", "failed_checks": failed})).await?;
+            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name.as_str()).collect();
+            event(&mut c, batch_id, EventKind::Committed, now, json!({"state": "rejected", "failed_checks": failed}))
+                .await?;
             let advice = alert_rules::for_rejection(verdict.checks.iter().map(|c| (c.name, c.status)));
             let failing: Vec<&CheckResult> = verdict.failed_checks().collect();
             let message = format!("batch {batch_id} was rejected: {} failed", failed.join(", "));
             let alert = NewAlert {
-                stage: Some("verify".into()),
+                stage: Some(FailStage::Verify),
                 failing_checks: json!(failing),
                 owner: owner_for(&mut c, advice, &b, &policy).await?,
                 ..NewAlert::about_batch(AlertKind::Rejected, &b, &policy, changed.clone(), advice, message)
@@ -187,7 +195,7 @@ impl SqlStore {
         let status = if verdict.passed {
             200
         } else {
-            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name).collect();
+            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name.as_str()).collect();
             body["error"] = json!({
                 "code": "checks_failed",
                 "message": format!("batch {batch_id} rejected: {} failed", failed.join(", ")),
@@ -224,7 +232,7 @@ impl SqlStore {
                 // The task thinks it failed, but its commit went through: it
                 // never heard the acknowledgement. Keep that in the history.
                 let detail = json!({"stage": report.stage, "category": report.category, "message": report.message});
-                event(&mut tx.conn(), batch_id, "fail_after_publish", now, detail).await?;
+                event(&mut tx.conn(), batch_id, EventKind::FailAfterPublish, now, detail).await?;
                 tx.commit().await?;
             }
             return answer;
@@ -240,7 +248,7 @@ impl SqlStore {
         event(
             &mut c,
             batch_id,
-            "failed",
+            EventKind::Failed,
             now,
             json!({"stage": report.stage, "category": report.category, "message": report.message}),
         )
@@ -254,8 +262,8 @@ impl SqlStore {
             report.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
         );
         let alert = NewAlert {
-            stage: Some(report.stage.to_string()),
-            category: Some(report.category.to_string()),
+            stage: Some(report.stage),
+            category: Some(report.category),
             owner: owner_for(&mut c, advice, &b, &policy).await?,
             ..NewAlert::about_batch(AlertKind::Failed, &b, &policy, changed.clone(), advice, message)
         };
@@ -297,7 +305,7 @@ async fn supersede(c: &mut Conn<'_>, prev: &str, partition: &str, by: &str, now:
             .exec("UPDATE batches SET state = 'superseded', superseded_by = $2 WHERE batch_id = $1 AND state = 'published'", args![prev, by])
             .await?;
         if n > 0 {
-            event(c, prev, "superseded", now, json!({"by": by})).await?;
+            event(c, prev, EventKind::Superseded, now, json!({"by": by})).await?;
         }
     }
     Ok(())

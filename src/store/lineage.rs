@@ -16,7 +16,7 @@ use super::db::{args, Conn};
 use super::records::{fitness_of, load_partition, PartitionRecord};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Action, AlertKind};
-use crate::domain::readiness::Fitness;
+use crate::domain::readiness::{ChangeKind, Fitness};
 use crate::error::Result;
 
 /// How far alerts and repair plans look for partitions built on others.
@@ -98,7 +98,7 @@ pub(super) async fn inputs_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<In
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn emit(
     c: &mut Conn<'_>,
-    kind: &str,
+    kind: ChangeKind,
     dataset: &str,
     partition: &str,
     version: i64,
@@ -146,7 +146,7 @@ pub(super) async fn on_published(
     let was_stale = before.as_ref().is_some_and(|s| s.stale_upstream.is_some());
     emit(
         c,
-        if version == 1 { "published" } else { "restated" },
+        if version == 1 { ChangeKind::Published } else { ChangeKind::Restated },
         dataset,
         partition,
         version,
@@ -172,9 +172,12 @@ pub(super) async fn on_published(
     .await?;
     match (&stale, was_stale) {
         (Some(why), _) => {
-            emit(c, "stale", dataset, partition, version, Some(batch_id), json!({"upstream": why}), now).await?
+            emit(c, ChangeKind::Stale, dataset, partition, version, Some(batch_id), json!({"upstream": why}), now)
+                .await?
         }
-        (None, true) => emit(c, "fresh_again", dataset, partition, version, Some(batch_id), json!({}), now).await?,
+        (None, true) => {
+            emit(c, ChangeKind::FreshAgain, dataset, partition, version, Some(batch_id), json!({}), now).await?
+        }
         (None, false) => {}
     }
     propagate(c, dataset, partition, now, ripple).await?;
@@ -200,7 +203,7 @@ pub(super) async fn invalidate(
     .await?;
     emit(
         c,
-        "invalidated",
+        ChangeKind::Invalidated,
         dataset,
         partition,
         s.version,
@@ -291,7 +294,8 @@ async fn propagate(
                     args![&cds, &cp, why.clone(), now],
                 )
                 .await?;
-                emit(c, "stale", &cds, &cp, cversion, cbatch.as_deref(), json!({"upstream": why}), now).await?;
+                emit(c, ChangeKind::Stale, &cds, &cp, cversion, cbatch.as_deref(), json!({"upstream": why}), now)
+                    .await?;
                 ripple.changes.push(Change { dataset: cds.clone(), partitions: Some(vec![cp.clone()]) });
                 let policy = load_policy(c, &cds).await?.policy();
                 let hooks: Vec<String> = ripple.webhook.iter().chain(policy.webhook_url.iter()).cloned().collect();
@@ -329,8 +333,7 @@ async fn propagate(
 pub struct ChangeRecord {
     #[serde(skip)]
     pub id: i64,
-    #[schema(value_type = crate::api::schemas::ChangeKind)]
-    pub kind: String,
+    pub kind: ChangeKind,
     pub dataset: String,
     #[serde(rename = "partition")]
     #[sqlx(rename = "partition_spec")]

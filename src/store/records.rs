@@ -7,16 +7,11 @@ use sqlx::types::Json;
 
 use super::db::{args, Conn};
 use super::lineage::InputRecord;
-use crate::domain::batch::BatchState;
+use crate::domain::batch::{BatchState, EventKind, FailCategory, FailStage, Trigger};
 use crate::domain::deadline::Deadline;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 use crate::domain::readiness::{self, Fitness, PartitionState, Standing};
 use crate::error::Result;
-
-/// Parses an enum column; the database only ever holds values this build wrote.
-pub(super) fn parse_col<T: std::str::FromStr<Err = String>>(s: &str) -> T {
-    s.parse().unwrap_or_else(|e| panic!("registry holds an unknown value: {e}"))
-}
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(super) struct BatchRow {
@@ -26,8 +21,8 @@ pub(super) struct BatchRow {
     pub dataset: String,
     pub dt: NaiveDate,
     pub seq: i64,
-    pub state: String,
-    pub trigger_kind: String,
+    pub state: BatchState,
+    pub trigger_kind: Trigger,
     pub run_ref: Option<String>,
     pub scope: Option<Json<Value>>,
     pub idempotency_key: Option<String>,
@@ -39,8 +34,8 @@ pub(super) struct BatchRow {
     pub marker: Option<String>,
     pub source: Option<Json<Value>>,
     pub checks: Option<Json<Value>>,
-    pub fail_stage: Option<String>,
-    pub fail_category: Option<String>,
+    pub fail_stage: Option<FailStage>,
+    pub fail_category: Option<FailCategory>,
     pub fail_message: Option<String>,
     pub superseded_by: Option<String>,
     pub decision_kind: Option<String>,
@@ -54,7 +49,7 @@ pub(super) struct BatchRow {
 
 impl BatchRow {
     pub fn state(&self) -> BatchState {
-        parse_col(&self.state)
+        self.state
     }
 }
 
@@ -63,7 +58,7 @@ impl BatchRow {
 pub(super) struct LogRow {
     pub batch_id: String,
     pub target_partition: String,
-    pub status: String,
+    pub status: BatchState,
     pub rows_written: Option<i64>,
     pub row_count: Option<i64>,
     pub distinct_keys: Option<i64>,
@@ -75,7 +70,7 @@ pub(super) struct LogRow {
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(super) struct EventRow {
-    pub kind: String,
+    pub kind: EventKind,
     pub at: DateTime<Utc>,
     pub detail: Option<Json<Value>>,
 }
@@ -86,8 +81,7 @@ pub struct BatchPartition {
     pub partition: String,
     /// This partition's status in the batch: `superseded` once a newer batch
     /// re-published this partition.
-    #[schema(value_type = BatchState)]
-    pub status: String,
+    pub status: BatchState,
     pub rows_written: Option<i64>,
     pub row_count: Option<i64>,
     pub distinct_keys: Option<i64>,
@@ -103,18 +97,15 @@ pub struct BatchPartition {
 /// What a failed batch reported.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Failure {
-    #[schema(value_type = crate::domain::batch::FailStage)]
-    pub stage: String,
-    #[schema(value_type = Option<crate::domain::batch::FailCategory>)]
-    pub category: Option<String>,
+    pub stage: FailStage,
+    pub category: Option<FailCategory>,
     pub message: Option<String>,
 }
 
 /// One entry of a batch's history, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Event {
-    #[schema(value_type = crate::api::schemas::EventKind)]
-    pub kind: String,
+    pub kind: EventKind,
     pub at: DateTime<Utc>,
     /// Kind-specific detail, e.g. the residue at `started`, the state and
     /// failed checks at `committed`, the newer batch at
@@ -136,8 +127,7 @@ pub struct BatchRecord {
     pub dt: NaiveDate,
     pub seq: i64,
     pub state: BatchState,
-    #[schema(value_type = crate::domain::batch::Trigger)]
-    pub trigger: String,
+    pub trigger: Trigger,
     pub run_ref: Option<String>,
     /// As given at start.
     #[schema(value_type = Option<Object>)]
@@ -180,11 +170,8 @@ impl BatchRecord {
         events: Option<Vec<EventRow>>,
     ) -> Self {
         let state = b.state();
-        let failure = b.fail_stage.clone().map(|stage| Failure {
-            stage,
-            category: b.fail_category.clone(),
-            message: b.fail_message.clone(),
-        });
+        let failure =
+            b.fail_stage.map(|stage| Failure { stage, category: b.fail_category, message: b.fail_message.clone() });
         Self {
             batch_id: b.batch_id,
             task: b.task,
@@ -332,8 +319,7 @@ impl PartitionRecord {
 pub struct Residue {
     pub batch_id: String,
     /// `abandoned`, `rejected` or `failed`.
-    #[schema(value_type = BatchState)]
-    pub state: String,
+    pub state: BatchState,
     /// The partitions of this start that the batch may have left rows in.
     pub partitions: Vec<String>,
 }
@@ -342,18 +328,47 @@ pub(super) const DATASET_COLUMNS: &str =
     "name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, \
      allow_empty, owner, max_partitions_per_batch, deadline, webhook_url, created_at, updated_at";
 
+/// A stored count that must fit a `u32`: anything else is a decode error
+/// naming the column (sqlx adds it) and the value, never a silent default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Count(pub u32);
+
+impl<DB: sqlx::Database> sqlx::Type<DB> for Count
+where
+    i64: sqlx::Type<DB>,
+{
+    fn type_info() -> DB::TypeInfo {
+        <i64 as sqlx::Type<DB>>::type_info()
+    }
+    fn compatible(ty: &DB::TypeInfo) -> bool {
+        <i64 as sqlx::Type<DB>>::compatible(ty)
+    }
+}
+
+impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for Count
+where
+    i64: sqlx::Decode<'r, DB>,
+{
+    fn decode(value: <DB as sqlx::Database>::ValueRef<'r>) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        let v = <i64 as sqlx::Decode<DB>>::decode(value)?;
+        u32::try_from(v)
+            .map(Count)
+            .map_err(|_| format!("unknown stored value: {v} is not a count from 0 to {}", u32::MAX).into())
+    }
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(super) struct DatasetRow {
     pub name: String,
-    pub tier: String,
-    pub write_mode: String,
+    pub tier: Tier,
+    pub write_mode: WriteMode,
     pub unique_key: Json<Vec<String>>,
     pub timezone: String,
     pub max_volume_change: f64,
-    pub baseline_periods: i64,
+    pub baseline_periods: Count,
     pub allow_empty: bool,
     pub owner: Option<String>,
-    pub max_partitions_per_batch: i64,
+    pub max_partitions_per_batch: Count,
     pub deadline: Option<Json<Deadline>>,
     pub webhook_url: Option<String>,
     pub created_at: DateTime<Utc>,
@@ -363,15 +378,15 @@ pub(super) struct DatasetRow {
 impl DatasetRow {
     pub fn policy(&self) -> DatasetPolicy {
         DatasetPolicy {
-            tier: parse_col::<Tier>(&self.tier),
-            write_mode: parse_col::<WriteMode>(&self.write_mode),
+            tier: self.tier,
+            write_mode: self.write_mode,
             unique_key: self.unique_key.0.clone(),
             timezone: self.timezone.clone(),
             max_volume_change: self.max_volume_change,
-            baseline_periods: u32::try_from(self.baseline_periods).unwrap_or(7),
+            baseline_periods: self.baseline_periods.0,
             allow_empty: self.allow_empty,
             owner: self.owner.clone(),
-            max_partitions_per_batch: u32::try_from(self.max_partitions_per_batch).unwrap_or(31),
+            max_partitions_per_batch: self.max_partitions_per_batch.0,
             deadline: self.deadline.as_ref().map(|d| d.0.clone()),
             webhook_url: self.webhook_url.clone(),
         }

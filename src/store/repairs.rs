@@ -35,7 +35,7 @@ pub struct RepairSummary {
     pub id: i64,
     pub dataset: String,
     pub partitions: Json<Vec<String>>,
-    pub action: String,
+    pub action: RepairAction,
     pub reason: String,
     pub created_at: DateTime<Utc>,
 }
@@ -108,7 +108,7 @@ impl SqlStore {
             let identity = json!({"unique_key": policy.unique_key, "published": published});
 
             // 3. retry boundary, from the partition's attempts, newest first.
-            let rows: Vec<(String, String, Option<String>, i64)> = c
+            let rows: Vec<(String, BatchState, Option<FailStage>, i64)> = c
                 .all(
                     "SELECT l.batch_id, l.status, b.fail_stage, \
                        (SELECT COUNT(*) FROM batch_events e WHERE e.batch_id = l.batch_id AND e.kind = 'fail_after_publish') \
@@ -119,9 +119,9 @@ impl SqlStore {
                 .await?;
             let attempts: Vec<Attempt> = rows
                 .iter()
-                .map(|(_, status, stage, late_fails)| Attempt {
-                    state: status.parse::<BatchState>().unwrap_or(BatchState::Failed),
-                    stage: stage.as_deref().and_then(|s| s.parse::<FailStage>().ok()),
+                .map(|(_, state, stage, late_fails)| Attempt {
+                    state: *state,
+                    stage: *stage,
                     failed_after_publish: *late_fails > 0,
                 })
                 .collect();
@@ -156,7 +156,7 @@ impl SqlStore {
         let (id,): (i64,) = c
             .one(
                 "INSERT INTO repairs (dataset, partitions, action, reason, plan, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                args![dataset, json!(parts), r.action.as_str(), &r.reason, plan.clone(), now],
+                args![dataset, json!(parts), r.action, &r.reason, plan.clone(), now],
             )
             .await?;
         tx.commit().await?;
@@ -194,7 +194,7 @@ impl SqlStore {
         let planned: Vec<Value> = plan["partitions"].as_array().cloned().unwrap_or_default();
         for entry in &planned {
             let p = entry["partition"].as_str().unwrap_or_default().to_owned();
-            let linked: Vec<(String, String, Option<Json<Value>>)> = c
+            let linked: Vec<(String, BatchState, Option<Json<Value>>)> = c
                 .all(
                     "SELECT l.batch_id, l.status, b.checks FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
                      WHERE b.repair_id = $1 AND l.target_table = $2 AND l.target_partition = $3 ORDER BY l.batch_seq",
@@ -203,8 +203,8 @@ impl SqlStore {
                 .await?;
             any_batch |= !linked.is_empty();
             let cur = load_partition(&mut c, &dataset, &p).await?;
-            let published: Vec<&(String, String, Option<Json<Value>>)> =
-                linked.iter().filter(|(_, s, _)| s == "published" || s == "superseded").collect();
+            let published: Vec<&(String, BatchState, Option<Json<Value>>)> =
+                linked.iter().filter(|(_, s, _)| matches!(s, BatchState::Published | BatchState::Superseded)).collect();
 
             // Rebuilt twice from the same inputs: the numbers must not move.
             let mut runs = Vec::new();

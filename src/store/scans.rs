@@ -9,13 +9,13 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::json;
 
 use super::alerts::{self, AlertRecord, NewAlert, OutboxItem, ALERT_COLUMNS};
-use super::batches::{load_batch, load_policy, load_record, not_found};
+use super::batches::{event, load_batch, load_policy, load_record, not_found};
 use super::db::{args, Arg};
 use super::records::{BatchRecord, DatasetRow, PartitionRecord, DATASET_COLUMNS, PARTITION_COLUMNS};
 use super::{AlertQuery, Backend, Page, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
-use crate::domain::batch::BatchState;
+use crate::domain::batch::{BatchState, EventKind};
 use crate::domain::names::PartitionSpec;
 use crate::domain::policy::DatasetPolicy;
 use crate::domain::readiness::Fitness;
@@ -70,11 +70,7 @@ impl SqlStore {
         c.exec("UPDATE batches SET written_at = $2 WHERE batch_id = $1", args![batch_id, now]).await?;
         let detail: Vec<_> =
             partitions.iter().map(|(p, n)| json!({"partition": p.as_str(), "rows_written": n})).collect();
-        c.exec(
-            "INSERT INTO batch_events (batch_id, kind, at, detail) VALUES ($1, 'written', $2, $3)",
-            args![batch_id, now, json!({"partitions": detail})],
-        )
-        .await?;
+        event(&mut c, batch_id, EventKind::Written, now, json!({"partitions": detail})).await?;
         let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
         tx.commit().await?;
         Ok(record)

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::context;
 use crate::domain::batch::{FailCategory, FailStage};
-use crate::domain::checks::CheckResult;
+use crate::domain::checks::{CheckName, CheckResult};
 use crate::domain::policy::Tier;
 
 /// How a batch was decided.
@@ -39,7 +39,7 @@ impl Outcome {
 /// expected.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FailedCheck {
-    pub check: &'static str,
+    pub check: CheckName,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
     pub observed: Value,

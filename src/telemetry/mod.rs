@@ -234,7 +234,8 @@ impl Metrics {
         let tier = d.tier.as_str();
         self.batches.get_or_create(&StateTier { state: d.outcome.state(), tier }).inc();
         // A check that failed on two partitions is one failure of the batch.
-        let checks: std::collections::BTreeSet<&'static str> = d.failed_checks.iter().map(|c| c.check).collect();
+        let checks: std::collections::BTreeSet<&'static str> =
+            d.failed_checks.iter().map(|c| c.check.as_str()).collect();
         for check in checks {
             self.check_failures.get_or_create(&CheckTier { check, tier }).inc();
         }

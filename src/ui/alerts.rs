@@ -6,7 +6,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::{badge, batch_href, dataset_href, layout, lineage_href, when, Section, UiError, UiResult};
-use crate::domain::alerts::{AlertKind, Severity};
+use crate::domain::alerts::{AlertKind, AlertState, Severity};
 use crate::error::Error;
 use crate::http::AppState;
 use crate::store::{AlertQuery, AlertRecord};
@@ -83,7 +83,7 @@ pub(super) fn table(items: &[AlertRecord]) -> Markup {
                     @for a in items {
                         tr {
                             td { span class={ "sev sev-" (a.severity) } { (a.severity) } }
-                            td { (a.kind.replace('_', " ")) @if a.state == "resolved" { " " (badge("resolved")) } }
+                            td { (a.kind.as_str().replace('_', " ")) @if a.state == AlertState::Resolved { " " (badge("resolved")) } }
                             td {
                                 a href=(dataset_href(&a.dataset)) { (a.dataset) }
                                 @for p in &a.partitions.0 { " " a.dim href=(lineage_href(&a.dataset, p)) { (p) } }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{
     badge, batch_href, count, dataset_href, enc, layout, lineage_href, not_found, value_text, when, Section, UiResult,
 };
-use crate::domain::batch::BatchState;
+use crate::domain::batch::{BatchState, EventKind};
 use crate::error::Error;
 use crate::http::AppState;
 use crate::store::{BatchQuery, BatchRecord};
@@ -86,7 +86,8 @@ pub(super) async fn page(State(app): State<AppState>, Path(batch_id): Path<Strin
     }
     let now = app.store.now();
     let events = b.events.clone().unwrap_or_default();
-    let started = events.iter().find(|e| e.kind == "started").and_then(|e| e.detail.clone()).unwrap_or(Value::Null);
+    let started =
+        events.iter().find(|e| e.kind == EventKind::Started).and_then(|e| e.detail.clone()).unwrap_or(Value::Null);
     let checks: Vec<Value> = b.checks.as_array().cloned().unwrap_or_default();
 
     let body = html! {
@@ -141,7 +142,7 @@ pub(super) async fn page(State(app): State<AppState>, Path(batch_id): Path<Strin
                         @for p in &b.partitions {
                             tr {
                                 td { a href=(lineage_href(&b.dataset, &p.partition)) title="Lineage" { (p.partition) } }
-                                td { (badge(&p.status)) }
+                                td { (badge(p.status.as_str())) }
                                 td { (p.version.map(|v| format!("v{v}")).unwrap_or_else(|| "—".into())) }
                                 td.num { (opt_count(p.rows_written)) }
                                 td.num { (opt_count(p.row_count)) }
@@ -184,7 +185,7 @@ pub(super) async fn page(State(app): State<AppState>, Path(batch_id): Path<Strin
             ol.timeline {
                 @for e in &events {
                     li class={ "ev-" (e.kind) } {
-                        (when(e.at)) " " strong { (e.kind.replace('_', " ")) }
+                        (when(e.at)) " " strong { (e.kind.as_str().replace('_', " ")) }
                         @if let Some(d) = &e.detail { @if d.as_object().is_some_and(|o| !o.is_empty()) {
                             details { summary { "detail" } pre { (serde_json::to_string_pretty(d).unwrap_or_default()) } }
                         } }

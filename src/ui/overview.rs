@@ -7,6 +7,7 @@ use maud::{html, Markup};
 use serde_json::Value;
 
 use super::{badge, batch_href, dataset_href, layout, span_words, value_text, when, Section, UiResult};
+use crate::domain::alerts::AlertKind;
 use crate::domain::batch::BatchState;
 use crate::http::AppState;
 use crate::store::{AlertQuery, AlertRecord, BatchQuery, BatchRecord};
@@ -17,7 +18,7 @@ pub(super) async fn page(State(app): State<AppState>) -> UiResult {
     let now = app.store.now();
     let open =
         app.store.list_alerts(&AlertQuery { state: Some("open".into()), limit: 500, ..Default::default() }).await?;
-    let late: Vec<&AlertRecord> = open.items.iter().filter(|a| a.kind == "deadline_missed").collect();
+    let late: Vec<&AlertRecord> = open.items.iter().filter(|a| a.kind == AlertKind::DeadlineMissed).collect();
     let batches = |state| BatchQuery { state: Some(state), limit: 10, ..Default::default() };
     let rejected = app.store.list_batches(&batches(BatchState::Rejected)).await?;
     let running = app.store.list_batches(&BatchQuery { limit: 50, ..batches(BatchState::Running) }).await?;
@@ -26,7 +27,7 @@ pub(super) async fn page(State(app): State<AppState>) -> UiResult {
         h1 { "Overview" }
         section.tiles aria-label="Open alerts by severity" {
             @for sev in SEVERITIES {
-                @let n = open.items.iter().filter(|a| a.severity == sev).count();
+                @let n = open.items.iter().filter(|a| a.severity.as_str() == sev).count();
                 a class={ "tile sev-" (sev) @if n == 0 { " quiet" } } href={ "/ui/alerts?state=open&severity=" (sev) } {
                     span.num { (n) } span.label { (sev) " alerts open" }
                 }

@@ -1,12 +1,20 @@
 //! A storage fault is a 5xx and leaves the registry as it was: the fault is
 //! injected in the database itself, half-way through the commit transaction.
 
+use std::sync::Arc;
+
+use batchgate::clock::SystemClock;
+use batchgate::store::Store;
 use reqwest::StatusCode;
 
 use crate::helpers::{clean, Backend, TestApp};
 use crate::on_both_backends;
 
-on_both_backends!(a_fault_mid_commit_rolls_the_whole_commit_back, health_reports_the_backend);
+on_both_backends!(
+    a_fault_mid_commit_rolls_the_whole_commit_back,
+    health_reports_the_backend,
+    an_unknown_stored_value_is_an_error_naming_column_and_value,
+);
 
 async fn inject_fault(app: &TestApp) {
     app.sql(match app.backend {
@@ -57,4 +65,27 @@ async fn health_reports_the_backend(app: TestApp) {
         Backend::Postgres => "postgres",
     };
     assert_eq!(body["backend"], expected);
+}
+
+async fn an_unknown_stored_value_is_an_error_naming_column_and_value(app: TestApp) {
+    let id = app.start_ok("t", "d.u", "2026-08-24", &["dt=2026-08-24"]).await;
+    app.put_dataset("d.u", &serde_json::json!({})).await;
+    app.sql(&format!("UPDATE batches SET state = 'exploded' WHERE batch_id = '{id}'")).await;
+    app.sql("UPDATE datasets SET baseline_periods = -1 WHERE name = 'd.u'").await;
+
+    // Never a panic, never a guess: a 500 the client can see, and the
+    // service goes on answering.
+    let (status, body) = app.get(&format!("/v1/batches/{id}")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::INTERNAL_SERVER_ERROR, Some("storage_error")));
+    let (status, _) = app.get("/v1/datasets/d.u").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(app.get("/healthz").await.0, StatusCode::OK);
+
+    // What the log of that 500 says: the column and the value.
+    let opts = batchgate::store::DbOptions::default();
+    let store = batchgate::store::SqlStore::connect(&app.db.url, &opts, Arc::new(SystemClock)).await.expect("connect");
+    let e = store.get_batch(&id).await.expect_err("an unknown state is an error").to_string();
+    assert!(e.contains("\"state\"") && e.contains("\"exploded\""), "names column and value: {e}");
+    let e = store.get_dataset("d.u").await.expect_err("a negative count is an error").to_string();
+    assert!(e.contains("baseline_periods") && e.contains("-1"), "names column and value: {e}");
 }
