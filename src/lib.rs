@@ -44,6 +44,8 @@ impl Drop for AbortOnDrop {
 /// The application: its router, the store behind it, and the background scans.
 pub struct App {
     pub router: axum::Router,
+    /// `/ready` answered from the cache ahead of the router's layers.
+    pub ready_fast_path: http::ReadyFastPath,
     pub store: Arc<SqlStore>,
     pub scanner: Arc<Scanner>,
     /// This instance's metrics (each app its own: tests run many in one process).
@@ -86,7 +88,8 @@ pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result
         stopping,
         auth: Arc::new(gate),
     };
-    Ok(App { router: http::router(state), store, scanner, metrics, stop })
+    let ready_fast_path = http::ReadyFastPath::new(state.clone());
+    Ok(App { router: http::router(state), ready_fast_path, store, scanner, metrics, stop })
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then finishes the
@@ -127,5 +130,5 @@ pub async fn serve_app(
     tracing::info!(addr = %listener.local_addr()?, backend = app.store.backend(), auth, "batchgate serving");
     // Dropped (and so stopped) when serving ends.
     let _scans = settings.scan_interval.map(|every| AbortOnDrop(app.scanner.clone().spawn(every)));
-    server::run(app.router, listener, edge, app.stop, shutdown).await
+    server::run(app.router, Some(app.ready_fast_path), listener, edge, app.stop, shutdown).await
 }

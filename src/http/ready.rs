@@ -302,6 +302,33 @@ async fn evaluate(app: &AppState, target: &Target) -> Result<Answer> {
     }
 }
 
+/// The answer to a `/ready` query whose partitions are all cached and all
+/// ready, serialised, without touching the database; `None` for any other
+/// query (an error, a miss, a task query, a not-ready partition), which the
+/// router's full path answers. A query that waits gets the same answer: it
+/// is ready now.
+pub(super) fn ready_from_cache(app: &AppState, raw: Option<&str>) -> Option<Vec<u8>> {
+    let q = parse(raw).ok()?;
+    let Target::Partitions { dataset, partitions } = &q.target else {
+        return None;
+    };
+    let mut found = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        match app.hub.cached_partition(dataset, p) {
+            Some(Some(r)) if r.fitness().is_ready() => found.push(Some(r)),
+            _ => return None,
+        }
+    }
+    let Answer::Ready(bytes) = judge(dataset, partitions, found, None) else {
+        return None;
+    };
+    for _ in partitions {
+        app.metrics.cache_hit();
+    }
+    app.metrics.ready_answer("ready");
+    Some(bytes)
+}
+
 /// Evaluates, turning a storage fault into a not-ready answer.
 async fn evaluate_or_unavailable(app: &AppState, target: &Target) -> Answer {
     match evaluate(app, target).await {

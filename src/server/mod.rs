@@ -126,6 +126,7 @@ impl Stopping {
 /// `stop` and lets the connections finish (at most `shutdown_grace`).
 pub async fn run(
     router: Router,
+    ready_fast_path: Option<crate::http::ReadyFastPath>,
     listener: TcpListener,
     edge: Edge,
     stop: StopSwitch,
@@ -159,7 +160,13 @@ pub async fn run(
                     }
                 };
                 let _ = tcp.set_nodelay(true);
-                let conn = Conn { router: router.clone(), slot: ticket.slot.clone(), edge: edge.clone(), stop: stop.0.subscribe() };
+                let conn = Conn {
+                    router: router.clone(),
+                    fast: ready_fast_path.clone(),
+                    slot: ticket.slot.clone(),
+                    edge: edge.clone(),
+                    stop: stop.0.subscribe(),
+                };
                 tasks.spawn(async move {
                     match conn.edge.tls.clone() {
                         Some(acceptor) => conn.serve_tls(tcp, acceptor).await,
@@ -184,6 +191,7 @@ pub async fn run(
 /// One accepted connection.
 struct Conn {
     router: Router,
+    fast: Option<crate::http::ReadyFastPath>,
     slot: Arc<Slot>,
     edge: Edge,
     stop: watch::Receiver<bool>,
@@ -208,11 +216,16 @@ impl Conn {
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let (router, slot) = (self.router.clone(), self.slot.clone());
+        let (router, slot, fast) = (self.router.clone(), self.slot.clone(), self.fast.clone());
         let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             let busy = Busy::new(&slot);
+            let answered = fast.as_ref().and_then(|f| f.answer(&req));
             let router = router.clone();
             async move {
+                if let Some(resp) = answered {
+                    drop(busy);
+                    return Ok(resp);
+                }
                 let resp = router.oneshot(req).await;
                 drop(busy);
                 resp

@@ -15,6 +15,7 @@ on_both_backends!(
     publishing_rejecting_and_long_polling_move_the_counters,
     failures_and_abandonments_are_counted_by_state_and_tier,
     the_database_gauges_show_late_partitions_and_pending_webhooks,
+    a_cached_ready_answer_is_the_full_answer_counted_with_a_request_id,
 );
 
 const DT: &str = "2026-08-24";
@@ -204,6 +205,46 @@ async fn publishing_rejecting_and_long_polling_move_the_counters(app: TestApp) {
     ] {
         assert_eq!(after.types.get(family).map(String::as_str), Some(kind), "# TYPE of {family}");
     }
+}
+
+/// A ready partition in the cache is answered ahead of the router's layers
+/// (the sensors' hot path): the same bytes as the first, uncached answer,
+/// a request id (the client's own when it sent one), and the same counters.
+async fn a_cached_ready_answer_is_the_full_answer_counted_with_a_request_id(app: TestApp) {
+    app.publish("t", "d.hot", DT, PART, 10).await;
+    let url = format!("{}/ready?dataset=d.hot&partition=dt%3D2026-08-24", app.base);
+    let get = |id: Option<&'static str>| {
+        let req = app.client.get(&url);
+        match id {
+            Some(id) => req.header("x-request-id", id),
+            None => req,
+        }
+        .send()
+    };
+    let first = get(None).await.expect("first /ready");
+    let (status, headers) = (first.status(), first.headers().clone());
+    let body = first.bytes().await.expect("body");
+    assert_eq!(status, StatusCode::OK, "{body:?}");
+
+    let before = scrape(&app).await;
+    let cached = get(None).await.expect("cached /ready");
+    let cached_headers = cached.headers().clone();
+    assert_eq!(cached.status(), StatusCode::OK);
+    assert_eq!(cached.bytes().await.expect("body"), body, "the cached answer is the full path's bytes");
+    assert_eq!(cached_headers["content-type"], headers["content-type"]);
+    let (a, b) = (&headers["x-request-id"], &cached_headers["x-request-id"]);
+    assert!(!b.is_empty() && a != b, "each answer has its own request id: {a:?} {b:?}");
+    let traced = get(Some("sensor-trace-7")).await.expect("traced /ready");
+    assert_eq!(traced.headers()["x-request-id"], "sensor-trace-7", "the client's request id comes back");
+    assert_eq!(traced.bytes().await.expect("body"), body);
+
+    let after = scrape(&app).await;
+    let moved = |name: &str, labels: &[(&str, &str)]| after.value(name, labels) - before.value(name, labels);
+    assert_eq!(moved("batchgate_ready_cache_hits_total", &[]), 2.0, "both answered from the cache");
+    assert_eq!(moved("batchgate_ready_cache_misses_total", &[]), 0.0);
+    assert_eq!(moved("batchgate_ready_answers_total", &[("outcome", "ready")]), 2.0);
+    assert_eq!(moved("batchgate_http_requests_total", &[("route", "/ready"), ("status", "200")]), 2.0);
+    assert_eq!(moved("batchgate_http_request_duration_seconds_count", &[("route", "/ready")]), 2.0);
 }
 
 async fn failures_and_abandonments_are_counted_by_state_and_tier(app: TestApp) {
