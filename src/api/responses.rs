@@ -7,6 +7,7 @@ use serde_json::Value;
 use utoipa::{ToResponse, ToSchema};
 
 use crate::domain::batch::BatchState;
+use crate::domain::readiness::Fitness;
 use crate::store::{
     AlertRecord, AuditRecord, BatchRecord, ChangeRecord, DatasetRecord, LineageEdge, LineageNode, PartitionRecord,
     TokenRecord,
@@ -339,6 +340,44 @@ pub enum NotReadyReason {
     ShuttingDown,
 }
 
+impl From<Fitness> for NotReadyReason {
+    /// Why a partition of this fitness is not ready (`ready` is not a
+    /// reason; it maps to `no_batch` only to keep this total).
+    fn from(f: Fitness) -> Self {
+        match f {
+            Fitness::NoBatch | Fitness::Ready => Self::NoBatch,
+            Fitness::Running => Self::Running,
+            Fitness::Rejected => Self::Rejected,
+            Fitness::Failed => Self::Failed,
+            Fitness::Abandoned => Self::Abandoned,
+            Fitness::Invalidated => Self::Invalidated,
+            Fitness::StaleUpstream => Self::StaleUpstream,
+        }
+    }
+}
+
+impl NotReadyReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoBatch => "no_batch",
+            Self::Running => "running",
+            Self::Rejected => "rejected",
+            Self::Failed => "failed",
+            Self::Abandoned => "abandoned",
+            Self::Invalidated => "invalidated",
+            Self::StaleUpstream => "stale_upstream",
+            Self::Unavailable => "unavailable",
+            Self::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+impl std::fmt::Display for NotReadyReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Not ready (yet).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"ready": false, "reason": "rejected", "dataset": "dws.order_detail", "partition": "dt=2026-08-24",
@@ -347,7 +386,7 @@ pub enum NotReadyReason {
     "partitions": [{"partition": "dt=2026-08-24", "state": "rejected", "batch_id": "dws_order_detail_daily-20260824-002",
     "version": 1}]}))]
 pub struct NotReadyResponse {
-    /// Always false.
+    /// Always false: only ready bodies hold the bytes `"ready":true`.
     pub ready: bool,
     pub reason: NotReadyReason,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -379,6 +418,27 @@ pub struct NotReadyResponse {
     pub upstream: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalidated_reason: Option<String>,
+}
+
+impl NotReadyResponse {
+    /// Not ready for this reason, and nothing more.
+    pub fn new(reason: NotReadyReason) -> Self {
+        Self {
+            ready: false,
+            reason,
+            dataset: None,
+            partition: None,
+            batch_id: None,
+            last_published: None,
+            partitions: None,
+            task: None,
+            dt: None,
+            latest_batch_id: None,
+            message: None,
+            upstream: None,
+            invalidated_reason: None,
+        }
+    }
 }
 
 /// One asked-for partition in a not-ready answer.

@@ -8,6 +8,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use crate::api::NotReadyReason;
 pub use crate::api::{
     CommitRequest, FailRequest, InputRef, InvalidateRequest, PartitionStats, PolicyRequest, RepairRequest, SourceStats,
     StartRequest, WrittenPartition, WrittenRequest,
@@ -122,9 +123,9 @@ pub struct PublishedPartition {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct NotReady {
-    /// `no_batch`, `running`, `rejected`, `failed`, `abandoned` or
-    /// `unavailable`.
-    pub reason: String,
+    /// Why not: the spec's `NotReadyReason`, one definition for the service,
+    /// this client and the spec.
+    pub reason: NotReadyReason,
     /// The first partition that is not ready.
     pub partition: Option<String>,
     /// The batch that decides that partition's state.

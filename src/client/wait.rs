@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
-use super::{Client, Exit, NotReady, Readiness, Target};
+use super::{Client, Exit, NotReady, NotReadyReason, Readiness, Target};
 
 /// The longest long-poll slice: a progress line at least this often, well
 /// under the service's 300 s cap.
@@ -73,7 +73,7 @@ pub async fn wait(client: &Client, target: &Target, opts: &WaitOptions) -> Exit 
                 eprintln!("batchgate: cannot wait for {target}: {message}");
                 return exit;
             }
-            Poll::NotReady(nr) if opts.fail_on_rejected && nr.reason == "rejected" => {
+            Poll::NotReady(nr) if opts.fail_on_rejected && nr.reason == NotReadyReason::Rejected => {
                 eprintln!("batchgate: giving up after {elapsed}: {target} {}", not_ready(&nr));
                 return Exit::Rejected;
             }
@@ -113,7 +113,7 @@ async fn look(client: &Client, target: &Target, slice: Duration, until_rejected:
                 ready.partitions.iter().map(|p| format!("{} version {}", p.partition, p.version)).collect();
             Poll::Ready(versions.join(", "))
         }
-        Ok(Readiness::NotReady(nr)) if nr.reason == "unavailable" => {
+        Ok(Readiness::NotReady(nr)) if nr.reason == NotReadyReason::Unavailable => {
             Poll::Outage("the service cannot read its registry right now".into())
         }
         Ok(Readiness::NotReady(nr)) => Poll::NotReady(nr),

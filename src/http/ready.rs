@@ -16,14 +16,13 @@ use axum::routing::get;
 use axum::{Json, Router};
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
-use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::query::Params;
 use super::{AppState, MAX_WAIT_SECONDS};
+use crate::api::{NotReadyReason, NotReadyResponse, PartitionStanding, PublishedPartition};
 use crate::changes::{Interest, TaskLatest};
 use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
-use crate::domain::readiness::Fitness;
 use crate::error::{Error, Result};
 use crate::store::{fitness_of, PartitionRecord};
 
@@ -157,12 +156,12 @@ async fn task_latest(app: &AppState, task: &str, dt: NaiveDate) -> Result<Option
 /// sensors polling), or the not-ready body.
 enum Answer {
     Ready(Vec<u8>),
-    NotReady(Value),
+    NotReady(Box<NotReadyResponse>),
 }
 
 impl Answer {
-    fn is(&self, reason: &str) -> bool {
-        matches!(self, Answer::NotReady(b) if b["reason"] == reason)
+    fn is(&self, reason: NotReadyReason) -> bool {
+        matches!(self, Answer::NotReady(b) if b.reason == reason)
     }
 }
 
@@ -205,8 +204,16 @@ struct Supersedes<'a> {
     row_count: Option<i64>,
 }
 
-fn published(r: &PartitionRecord) -> Value {
-    json!({"partition": r.partition, "version": r.version, "batch_id": r.published_batch_id, "row_count": r.row_count, "published_at": r.published_at})
+fn published(r: &PartitionRecord) -> PublishedPartition {
+    PublishedPartition {
+        partition: r.partition.clone(),
+        version: r.version,
+        batch_id: r.published_batch_id.clone(),
+        row_count: r.row_count,
+        published_at: r.published_at,
+        restatement: None,
+        supersedes: None,
+    }
 }
 
 /// A published partition as a ready answer shows it. A later version is a
@@ -228,12 +235,13 @@ fn ready_entry(r: &PartitionRecord) -> ReadyEntry<'_> {
     }
 }
 
-fn not_ready(reason: &str, extra: Value) -> Answer {
-    let mut body = json!({"ready": false, "reason": reason});
-    if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
-        b.extend(extra);
-    }
-    Answer::NotReady(body)
+fn not_ready(body: NotReadyResponse) -> Answer {
+    Answer::NotReady(Box::new(body))
+}
+
+/// A not-ready answer that says only why, and a message.
+fn not_ready_because(reason: NotReadyReason, message: &str) -> Answer {
+    not_ready(NotReadyResponse { message: Some(message.to_owned()), ..NotReadyResponse::new(reason) })
 }
 
 fn judge(
@@ -245,29 +253,27 @@ fn judge(
     let fitness = |f: &Option<Arc<PartitionRecord>>| fitness_of(f.as_deref());
     let blocker = partitions.iter().zip(&found).find(|(_, f)| !fitness(f).is_ready());
     if let Some((name, rec)) = blocker {
-        let each: Vec<Value> = partitions
+        let each: Vec<PartitionStanding> = partitions
             .iter()
             .zip(&found)
-            .map(|(p, f)| match f {
-                None => json!({"partition": p, "state": fitness(f)}),
-                Some(r) => json!({"partition": p, "state": fitness(f), "batch_id": r.batch_id, "version": r.version}),
+            .map(|(p, f)| PartitionStanding {
+                partition: p.clone(),
+                state: fitness(f),
+                batch_id: f.as_ref().map(|r| r.batch_id.clone()),
+                version: f.as_ref().map(|r| r.version),
             })
             .collect();
-        let Some(r) = rec else {
-            return not_ready(
-                Fitness::NoBatch.as_str(),
-                json!({"dataset": dataset, "partition": name, "batch_id": null, "last_published": null, "partitions": each}),
-            );
+        let body = NotReadyResponse {
+            dataset: Some(dataset.to_owned()),
+            partition: Some(name.clone()),
+            batch_id: Some(rec.as_ref().and_then(|r| r.batch_id.clone())),
+            last_published: Some(rec.as_deref().filter(|r| r.version > 0).map(published)),
+            partitions: Some(each),
+            upstream: rec.as_ref().and_then(|r| r.stale_upstream.as_ref()).map(|up| up.0.clone()),
+            invalidated_reason: rec.as_ref().and_then(|r| r.invalidated_reason.clone()),
+            ..NotReadyResponse::new(NotReadyReason::from(fitness(rec)))
         };
-        let mut extra = json!({"dataset": dataset, "partition": name, "batch_id": r.batch_id,
-            "last_published": if r.version > 0 { published(r) } else { Value::Null }, "partitions": each});
-        if let Some(up) = &r.stale_upstream {
-            extra["upstream"] = up.0.clone();
-        }
-        if let Some(why) = &r.invalidated_reason {
-            extra["invalidated_reason"] = json!(why);
-        }
-        return not_ready(r.fitness().as_str(), extra);
+        return not_ready(body);
     }
     let body = ReadyBody {
         ready: true,
@@ -287,15 +293,19 @@ async fn evaluate(app: &AppState, target: &Target) -> Result<Answer> {
         }
         Target::Task { task, dt } => {
             let Some(latest) = task_latest(app, task, *dt).await? else {
-                return Ok(not_ready(Fitness::NoBatch.as_str(), json!({"task": task, "dt": dt})));
+                return Ok(not_ready(NotReadyResponse {
+                    task: Some(task.clone()),
+                    dt: Some(*dt),
+                    ..NotReadyResponse::new(NotReadyReason::NoBatch)
+                }));
             };
             let found = statuses(app, &latest.dataset, &latest.partitions).await?;
             let ctx = TaskContext { task, dt: *dt, latest_batch_id: &latest.batch_id };
             let mut answer = judge(&latest.dataset, &latest.partitions, found, Some(&ctx));
             if let Answer::NotReady(b) = &mut answer {
-                b["task"] = json!(task);
-                b["dt"] = json!(dt);
-                b["latest_batch_id"] = json!(latest.batch_id);
+                b.task = Some(task.clone());
+                b.dt = Some(*dt);
+                b.latest_batch_id = Some(latest.batch_id.clone());
             }
             Ok(answer)
         }
@@ -335,7 +345,7 @@ async fn evaluate_or_unavailable(app: &AppState, target: &Target) -> Answer {
         Ok(a) => a,
         Err(e) => {
             tracing::error!(error = ?e, "readiness lookup failed");
-            not_ready("unavailable", json!({"message": "the registry cannot be read right now; try again"}))
+            not_ready_because(NotReadyReason::Unavailable, "the registry cannot be read right now; try again")
         }
     }
 }
@@ -385,7 +395,7 @@ async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response
     };
     app.metrics.ready_answer(match &answer {
         Answer::Ready(_) => "ready",
-        Answer::NotReady(body) => body["reason"].as_str().unwrap_or("unknown"),
+        Answer::NotReady(body) => body.reason.as_str(),
     });
     match answer {
         Answer::Ready(bytes) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
@@ -402,7 +412,9 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
     let _waiting = app.metrics.long_poll();
     loop {
         let answer = evaluate_or_unavailable(app, target).await;
-        if matches!(answer, Answer::Ready(_)) || (until == Until::ReadyOrRejected && answer.is("rejected")) {
+        if matches!(answer, Answer::Ready(_))
+            || (until == Until::ReadyOrRejected && answer.is(NotReadyReason::Rejected))
+        {
             return answer;
         }
         if app.stopping.is_stopping() {
@@ -422,5 +434,5 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
 /// This instance is going away: the sensor should simply poll again (and
 /// reach another replica, or this one restarted).
 fn shutting_down() -> Answer {
-    not_ready("shutting_down", json!({"message": "this instance is shutting down; poll again"}))
+    not_ready_because(NotReadyReason::ShuttingDown, "this instance is shutting down; poll again")
 }

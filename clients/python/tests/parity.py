@@ -36,3 +36,9 @@ def request_fields() -> Iterator[tuple[str, str, list[str]]]:
                     fields.append(p["name"].lower().replace("-", "_"))
             if fields:
                 yield method, path, fields
+
+
+def schema(name: str) -> dict[str, Any]:
+    """The named schema of the spec's components."""
+    spec = json.loads(SPEC_PATH.read_text())
+    return dict(spec["components"]["schemas"][name])

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from batchgate import BatchgateClient
+from batchgate.models import NOT_READY_REASONS, Readiness
 
-from .parity import request_fields
+from .parity import request_fields, schema
 
 #: The method that sends each operation; OpenLineage events are posted by
 #: OpenLineage producers, not through this client.
@@ -45,3 +46,11 @@ def test_every_request_field_is_a_client_parameter() -> None:
                     missing.append(f"{method.upper()} {path}: {function.__name__} has no {field}")
     assert not missing, "\n".join(missing)
     assert checked > 30
+
+
+def test_the_not_ready_reasons_are_the_spec_s() -> None:
+    reasons = schema("NotReadyReason")["enum"]
+    assert list(NOT_READY_REASONS) == reasons
+    doc = " ".join((Readiness.__doc__ or "").split())
+    for reason in reasons:
+        assert f"``{reason}``" in doc, f"Readiness's docstring does not name {reason}"

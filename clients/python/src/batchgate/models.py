@@ -228,14 +228,30 @@ class BatchPage:
     next_cursor: str | None
 
 
+#: Why ``/ready`` says not ready: the ``NotReadyReason`` enum of the service's
+#: OpenAPI document (the tests check that the two agree).
+NOT_READY_REASONS: tuple[str, ...] = (
+    "no_batch",
+    "running",
+    "rejected",
+    "failed",
+    "abandoned",
+    "invalidated",
+    "stale_upstream",
+    "unavailable",
+    "shutting_down",
+)
+
+
 @dataclass(frozen=True)
 class Readiness:
     """An answer of ``/ready``.
 
     Ready: ``partitions`` lists each partition's published version
     (``partition``, ``version``, ``batch_id``, ``row_count``, ``published_at``).
-    Not ready: ``reason`` is ``no_batch``, ``running``, ``rejected``,
-    ``failed``, ``abandoned`` or ``unavailable``; ``partition`` and
+    Not ready: ``reason`` is one of :data:`NOT_READY_REASONS` (``no_batch``,
+    ``running``, ``rejected``, ``failed``, ``abandoned``, ``invalidated``,
+    ``stale_upstream``, ``unavailable``, ``shutting_down``); ``partition`` and
     ``batch_id`` name the first partition that is not ready and the batch
     that decides it, and ``partitions`` gives each asked-for partition's state.
     """
