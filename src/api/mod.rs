@@ -7,9 +7,11 @@
 //! this module lists them in the document.
 
 pub mod openapi;
+mod params;
 mod requests;
 mod responses;
 pub mod schemas;
 
+pub use params::*;
 pub use requests::*;
 pub use responses::*;

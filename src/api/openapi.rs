@@ -50,7 +50,8 @@ Authentication: `Authorization: Bearer <token>` with an API token (`bgt_…`, fr
         http::audit::list,
     ),
     components(
-        schemas(crate::domain::checks::CheckName, crate::domain::batch::EventKind),
+        // Named only by a query parameter, which does not bring its schema along.
+        schemas(crate::domain::checks::CheckName, crate::domain::batch::EventKind, crate::api::schemas::Until),
         responses(
             super::BadRequest,
             super::PayloadTooLarge,

@@ -26,8 +26,7 @@ pub fn router() -> Router<AppState> {
         ("dataset" = Option<String>, Query),
         ("severity" = Option<crate::domain::alerts::Severity>, Query),
         ("kind" = Option<crate::domain::alerts::AlertKind>, Query),
-        ("limit" = Option<i64>, Query, description = "1 to 500 Default 100.", minimum = 1, maximum = 500),
-        ("cursor" = Option<String>, Query, description = "opaque; from next_cursor"),
+        crate::api::PageQuery,
     ),
     responses(
         (status = 200, description = "A page of alerts.", body = crate::api::AlertPage),

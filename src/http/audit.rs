@@ -26,8 +26,7 @@ pub fn router() -> Router<AppState> {
         ("dataset" = Option<String>, Query, description = "required for operate: scopes"),
         ("action" = Option<String>, Query, description = "e.g. batch.commit"),
         ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "RFC 3339"),
-        ("limit" = Option<i64>, Query, description = "1 to 500 Default 100.", minimum = 1, maximum = 500),
-        ("cursor" = Option<String>, Query, description = "opaque; from next_cursor"),
+        crate::api::PageQuery,
     ),
     responses(
         (status = 200, description = "A page of audit rows.", body = crate::api::AuditPage),

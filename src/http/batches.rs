@@ -185,7 +185,7 @@ async fn start(State(app): State<AppState>, headers: HeaderMap, body: AppJson<St
     summary = "Extend a batch's lease",
     description = "Extends the lease of a running batch by its `lease_seconds` from now. Takes no body.",
     params(
-        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+        crate::api::BatchPath,
     ),
     responses(
         (status = 200, description = "The new lease.", body = crate::store::Lease),
@@ -212,7 +212,7 @@ async fn heartbeat(State(app): State<AppState>, Path(batch_id): Path<String>) ->
     summary = "Report that the write to the target committed",
     description = "Recorded before verification, so history tells a batch that never wrote from one that wrote and then died.",
     params(
-        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+        crate::api::BatchPath,
     ),
     request_body = crate::api::WrittenRequest,
     responses(
@@ -287,7 +287,7 @@ fn decision(d: Decision) -> Response {
     summary = "Commit a batch with evidence",
     description = "Runs the eight checks over the evidence: `marker_present`, `partitions_complete`, `rows_match_written`, `unique_keys`, `null_keys`, `non_empty`, `volume_vs_baseline`, `source_reconciliation`. Which failures block depends on the dataset's tier: `core` — every check blocks; `standard` — every check except `volume_vs_baseline`, which warns; `scratch` — only `marker_present` and `partitions_complete` block, the rest warn.\n\nAll blocking checks pass → 200, state `published`, each partition's version +1, and the previous publishing batch of those partitions becomes `superseded`. Otherwise → 422 `checks_failed`, state `rejected`, the partitions are not ready (their previous version stays in history); the body is the batch record with every check plus an `error`.\n\nA commit is idempotent: repeating the identical body returns the identical status and body (the \"write succeeded but the acknowledgement was lost\" retry); a different body for a decided batch is 409 `already_decided`. Committing a batch whose lease expired while a newer batch has started on its partitions is 409 `superseded`.",
     params(
-        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+        crate::api::BatchPath,
     ),
     request_body = crate::api::CommitRequest,
     responses(
@@ -321,7 +321,7 @@ async fn commit(
     summary = "Report that a batch failed",
     description = "Marks the batch `failed`. A failure at stage `read` or `compute` (before any write) leaves the earlier version ready; at `write` or `verify` the partitions are not ready until a later batch publishes. Idempotent like commit: the identical body again returns the identical answer; a different decision is 409.",
     params(
-        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+        crate::api::BatchPath,
     ),
     request_body = crate::api::FailRequest,
     responses(
@@ -357,7 +357,7 @@ async fn fail(
     summary = "Read a batch",
     description = "The whole record: request, state, timestamps, partitions, checks and the ordered event list (started, heartbeat, committed/failed, superseded).",
     params(
-        ("batch_id" = String, Path, description = "`{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt number (from 001, never reused).", example = "dws_order_detail_daily-20260824-003"),
+        crate::api::BatchPath,
     ),
     responses(
         (status = 200, description = "The batch.", body = crate::store::BatchRecord),
@@ -392,8 +392,7 @@ const MAX_PAGE: i64 = 500;
         ("state" = Option<crate::domain::batch::BatchState>, Query, description = "Only batches in this state."),
         ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Only batches started at or after this RFC 3339 time."),
         ("until" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Only batches started before this RFC 3339 time."),
-        ("limit" = Option<i64>, Query, description = "Page size. Default 100.", minimum = 1, maximum = 500),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page (opaque; URL-encode it)."),
+        crate::api::PageQuery,
     ),
     responses(
         (status = 200, description = "One page of batches.", body = crate::api::BatchPage),

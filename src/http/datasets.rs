@@ -82,7 +82,7 @@ fn dataset_name(raw: &str) -> Result<DatasetName> {
     summary = "Set a dataset's policy",
     description = "Creates the dataset or replaces its whole policy: a field left out takes its default (`tier` standard, `write_mode` overwrite_partition, `unique_key` [], `timezone` UTC, `max_volume_change` 0.3, `baseline_periods` 7, `allow_empty` false).",
     params(
-        ("dataset" = String, Path, description = "A target table, e.g. `dws.order_detail`.", min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.:-]+$", example = "dws.order_detail"),
+        crate::api::DatasetPath,
     ),
     request_body = crate::api::PolicyRequest,
     responses(
@@ -112,7 +112,7 @@ async fn put(State(app): State<AppState>, Path(name): Path<String>, body: AppJso
     operation_id = "getDataset",
     summary = "Read a dataset's policy",
     params(
-        ("dataset" = String, Path, description = "A target table, e.g. `dws.order_detail`.", min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.:-]+$", example = "dws.order_detail"),
+        crate::api::DatasetPath,
     ),
     responses(
         (status = 200, description = "The dataset.", body = crate::store::DatasetRecord),

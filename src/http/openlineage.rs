@@ -14,10 +14,10 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
-use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::AppState;
+use crate::api::{LineageAnswer, LineageBatch as BatchOutcome};
 use crate::domain::batch::{BatchState, Trigger};
 use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::domain::openlineage::{EventType, RunEvent};
@@ -35,23 +35,9 @@ pub fn router() -> Router<AppState> {
 const LEASE_SECONDS: i64 = 3600;
 
 /// One batch the event started, committed or failed (or found decided).
-#[derive(Debug, Serialize)]
-struct BatchOutcome {
-    dataset: String,
-    batch_id: String,
-    state: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    failed_checks: Vec<String>,
-}
-
 impl BatchOutcome {
     fn current(b: &BatchRecord) -> Self {
-        Self {
-            dataset: b.dataset.clone(),
-            batch_id: b.batch_id.clone(),
-            state: b.state.to_string(),
-            failed_checks: Vec::new(),
-        }
+        Self { dataset: b.dataset.clone(), batch_id: b.batch_id.clone(), state: b.state, failed_checks: Vec::new() }
     }
 
     /// From the batch record a commit or fail answered with.
@@ -60,7 +46,8 @@ impl BatchOutcome {
             .as_array()
             .map(|cs| cs.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect())
             .unwrap_or_default();
-        Self { state: record["state"].as_str().unwrap_or_default().to_owned(), failed_checks, ..Self::current(b) }
+        let state = record["state"].as_str().and_then(|s| s.parse().ok()).unwrap_or(b.state);
+        Self { state, failed_checks, ..Self::current(b) }
     }
 }
 
@@ -84,7 +71,7 @@ impl BatchOutcome {
         (status = 503, response = crate::api::StorageUnavailable),
     ),
 )]
-async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>> {
+async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<LineageAnswer>> {
     // Any JSON is taken, but not a repeated key, a NUL or an infinite number.
     super::strict_json::read(&body)?;
     let event = RunEvent::parse(&body).map_err(|e| Error::Request {
@@ -117,15 +104,16 @@ async fn intake(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>>
             }
         }
     }
-    let answer = json!({
-        "accepted": true,
-        "event_id": id,
-        "event_type": event.event_type,
-        "run_id": event.run_id,
-        "batches": intake.batches,
-        "warnings": intake.warnings,
-    });
-    app.store.set_lineage_outcome(id, &answer).await?;
+    let answer = LineageAnswer {
+        accepted: true,
+        event_id: id,
+        event_type: event.event_type.clone(),
+        run_id: event.run_id.clone(),
+        batches: intake.batches,
+        warnings: intake.warnings,
+    };
+    let stored = serde_json::to_value(&answer).map_err(|e| Error::Internal(e.into()))?;
+    app.store.set_lineage_outcome(id, &stored).await?;
     Ok(Json(answer))
 }
 
@@ -200,7 +188,7 @@ impl Intake<'_> {
                 self.batches.push(BatchOutcome {
                     dataset: output.dataset.to_string(),
                     batch_id: s.batch_id,
-                    state: s.state.to_string(),
+                    state: s.state,
                     failed_checks: Vec::new(),
                 });
             }

@@ -31,8 +31,7 @@ pub fn router() -> Router<AppState> {
         ("dataset" = String, Query, description = "The dataset.", min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.:-]+$", example = "dws.order_detail"),
         ("from" = Option<chrono::NaiveDate>, Query, description = "Only partitions of data dates on or after this (`YYYY-MM-DD`)."),
         ("to" = Option<chrono::NaiveDate>, Query, description = "Only partitions of data dates on or before this (`YYYY-MM-DD`)."),
-        ("limit" = Option<i64>, Query, description = "Page size. Default 100.", minimum = 1, maximum = 500),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page (opaque; URL-encode it)."),
+        crate::api::PageQuery,
     ),
     responses(
         (status = 200, description = "One page of partitions.", body = crate::api::PartitionPage),

@@ -81,6 +81,31 @@ fn the_committed_spec_is_the_generated_one() {
     }
 }
 
+/// Every `$ref` of the generated document points at something in it (a
+/// schema named only by a parameter is not collected by itself).
+#[test]
+fn every_reference_in_the_spec_resolves() {
+    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(o) => {
+                if let Some(Value::String(r)) = o.get("$ref") {
+                    out.push(r);
+                }
+                o.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let spec = crate::conformance::spec();
+    let mut refs = Vec::new();
+    walk(spec, &mut refs);
+    assert!(refs.len() > 100, "only {} references: is the spec read?", refs.len());
+    let dangling: BTreeSet<&str> =
+        refs.into_iter().filter(|r| spec.pointer(r.trim_start_matches('#')).is_none()).collect();
+    assert!(dangling.is_empty(), "references to nothing: {dangling:?}");
+}
+
 fn operations_in_spec(spec: &Value) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
     for (path, item) in spec["paths"].as_object().expect("paths") {
