@@ -53,6 +53,35 @@ pub struct Settings {
     /// TLS on the listener: certificate chain and private key (PEM).
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// Airflow's base URL: published partitions of datasets with an
+    /// `airflow_asset` become asset events there.
+    pub airflow_url: Option<String>,
+    /// How batchgate signs in to Airflow's API.
+    pub airflow_auth: AirflowAuth,
+    /// Every change-feed entry is POSTed to each of these as a CloudEvent.
+    pub events_urls: Vec<String>,
+}
+
+/// Credentials for Airflow's REST API.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum AirflowAuth {
+    /// No `Authorization` header (e.g. SimpleAuthManager with all admins).
+    #[default]
+    None,
+    /// A fixed bearer token (`--airflow-token`).
+    Token(String),
+    /// Exchanged at `POST {airflow}/auth/token` for a JWT, renewed before it expires.
+    Password { username: String, password: String },
+}
+
+impl fmt::Debug for AirflowAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Token(_) => f.write_str("Token(***)"),
+            Self::Password { username, .. } => write!(f, "Password {{ username: {username:?}, password: *** }}"),
+        }
+    }
 }
 
 impl Default for Settings {
@@ -75,6 +104,9 @@ impl Default for Settings {
             shutdown_grace: Duration::from_secs(5),
             tls_cert: None,
             tls_key: None,
+            airflow_url: None,
+            airflow_auth: AirflowAuth::None,
+            events_urls: Vec::new(),
         }
     }
 }
@@ -112,6 +144,9 @@ impl fmt::Debug for Settings {
             .field("header_timeout", &self.header_timeout)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("tls_cert", &self.tls_cert)
+            .field("airflow_url", &self.airflow_url.as_deref().map(redact))
+            .field("airflow_auth", &self.airflow_auth)
+            .field("events_urls", &self.events_urls.iter().map(|u| redact(u)).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -128,6 +163,13 @@ mod tests {
         let s = Settings { database_url: "postgres://u:pw@h/d".into(), ..Settings::default() };
         assert!(!format!("{s:?}").contains("pw"));
         let s = Settings { bootstrap_token: Some("bgt_s3cret".into()), ..Settings::default() };
+        assert!(!format!("{s:?}").contains("s3cret"));
+        let s = Settings { airflow_auth: AirflowAuth::Token("af-s3cret".into()), ..Settings::default() };
+        assert!(!format!("{s:?}").contains("s3cret"));
+        let s = Settings {
+            airflow_auth: AirflowAuth::Password { username: "bg".into(), password: "pw-s3cret".into() },
+            ..Settings::default()
+        };
         assert!(!format!("{s:?}").contains("s3cret"));
     }
 }

@@ -14,6 +14,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod http;
+pub mod outbox;
 pub mod scanner;
 pub mod server;
 pub mod store;
@@ -60,12 +61,19 @@ pub async fn build(settings: &Settings, clock: Arc<dyn Clock>) -> anyhow::Result
     let opts = DbOptions {
         max_connections: settings.max_connections,
         webhook_url: settings.webhook_url.clone(),
+        events_urls: settings.events_urls.clone(),
+        airflow_url: settings.airflow_url.clone(),
         metrics: metrics.clone(),
         timeout: settings.db_timeout,
     };
     let store = SqlStore::connect(&settings.database_url, &opts, clock.clone()).await?;
-    let allow = AllowList::new(&settings.webhook_allow, settings.webhook_url.as_deref())
-        .map_err(|e| anyhow::anyhow!("--webhook-allow: {e}"))?;
+    // The operator's own receivers are allowed: --webhook-url, --airflow-url, --events-url.
+    let service_urls: Vec<&str> =
+        (settings.webhook_url.iter().chain(&settings.airflow_url).chain(&settings.events_urls))
+            .map(String::as_str)
+            .collect();
+    let allow =
+        AllowList::new(&settings.webhook_allow, &service_urls).map_err(|e| anyhow::anyhow!("--webhook-allow: {e}"))?;
     let allow = Arc::new(allow);
     let scanner = Arc::new(Scanner::new(store.clone(), clock.clone(), allow.clone(), settings)?);
     let (stop, stopping) = server::stop_switch();

@@ -17,7 +17,7 @@ use batchgate::client::people::{
     self, AlertsArgs, BatchesArgs, DatasetArgs, InvalidateArgs, PartitionsArgs, ReadyArgs, RepairArgs,
 };
 use batchgate::clock::SystemClock;
-use batchgate::config::{redact, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN, DEFAULT_RETAIN};
+use batchgate::config::{redact, AirflowAuth, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN, DEFAULT_RETAIN};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
@@ -198,6 +198,23 @@ struct ServeArgs {
     /// The private key of --tls-cert (PEM).
     #[arg(long, env = "BATCHGATE_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Airflow's base URL (e.g. `http://airflow:8080`): each published
+    /// partition of a dataset with an `airflow_asset` becomes an asset event there.
+    #[arg(long, env = "BATCHGATE_AIRFLOW_URL")]
+    airflow_url: Option<String>,
+    /// A bearer token for Airflow's API.
+    #[arg(long, env = "BATCHGATE_AIRFLOW_TOKEN", hide_env_values = true, conflicts_with = "airflow_username")]
+    airflow_token: Option<String>,
+    /// Airflow user whose password is exchanged at `POST {airflow}/auth/token` for a JWT.
+    #[arg(long, env = "BATCHGATE_AIRFLOW_USERNAME", requires = "airflow_password")]
+    airflow_username: Option<String>,
+    /// The password of --airflow-username.
+    #[arg(long, env = "BATCHGATE_AIRFLOW_PASSWORD", hide_env_values = true, requires = "airflow_username")]
+    airflow_password: Option<String>,
+    /// Every change-feed entry is POSTed here as a CloudEvent (repeatable;
+    /// the environment variable is comma-separated).
+    #[arg(long = "events-url", env = "BATCHGATE_EVENTS_URL", value_delimiter = ',')]
+    events_urls: Vec<String>,
 }
 
 #[tokio::main]
@@ -361,6 +378,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_grace: args.shutdown_grace,
         tls_cert: args.tls_cert,
         tls_key: args.tls_key,
+        airflow_url: args.airflow_url.filter(|u| !u.is_empty()),
+        airflow_auth: match (args.airflow_token.filter(|t| !t.is_empty()), args.airflow_username, args.airflow_password)
+        {
+            (Some(token), _, _) => AirflowAuth::Token(token),
+            (None, Some(username), Some(password)) => AirflowAuth::Password { username, password },
+            _ => AirflowAuth::None,
+        },
+        events_urls: args.events_urls.into_iter().map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()).collect(),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -1,12 +1,8 @@
-//! The background scans: expire leases, raise missed deadlines, deliver
-//! webhooks, prune history older than `--retain`. Every replica runs them;
-//! the store makes each transition happen once, and the outbox claim makes
-//! each delivery attempt happen once.
-//!
-//! Webhooks are sent only to allowed hosts ([`AllowList`], asked again before
-//! each delivery, so a URL stored before the list changed is not sent), over
-//! http or https (rustls: the system's roots plus `--webhook-ca-file`), and
-//! redirects are not followed: a receiver cannot send the service elsewhere.
+//! The background scans: expire leases, raise missed deadlines, send what
+//! the outbox holds (webhooks, Airflow asset events, CloudEvents: see
+//! [`crate::outbox`]), prune history older than `--retain`. Every replica
+//! runs them; the store makes each transition happen once, and the outbox
+//! claim makes each delivery attempt happen once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,10 +13,10 @@ use chrono::{DateTime, Utc};
 use crate::clock::Clock;
 use crate::config::Settings;
 use crate::domain::outbound::AllowList;
-use crate::store::{OutboxItem, Store};
+use crate::outbox::{Delivery, Sender};
+use crate::store::Store;
 
-/// Longest wait between two delivery attempts of one webhook.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+pub use crate::outbox::{backoff, MAX_BACKOFF};
 
 /// Deliveries taken per scan.
 const BATCH: i64 = 50;
@@ -31,9 +27,7 @@ const PRUNE_EVERY: chrono::Duration = chrono::Duration::hours(1);
 pub struct Scanner {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    http: reqwest::Client,
-    backoff: Duration,
-    allow: Arc<AllowList>,
+    sender: Sender,
     retain: Option<chrono::Duration>,
     last_prune: Mutex<Option<DateTime<Utc>>>,
 }
@@ -51,13 +45,6 @@ pub struct ScanReport {
     pub pruned: u64,
 }
 
-/// The wait before attempt `attempt + 1`, after `attempt` failures:
-/// `base`, `2·base`, `4·base`, … capped at five minutes.
-pub fn backoff(base: Duration, failures: u32) -> Duration {
-    let factor = 2u32.saturating_pow(failures.saturating_sub(1));
-    base.checked_mul(factor).unwrap_or(MAX_BACKOFF).min(MAX_BACKOFF)
-}
-
 impl Scanner {
     /// The scanner for `settings`: fails on a bad `--webhook-allow` entry or
     /// an unreadable `--webhook-ca-file`.
@@ -67,26 +54,12 @@ impl Scanner {
         allow: Arc<AllowList>,
         settings: &Settings,
     ) -> anyhow::Result<Self> {
-        let mut http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .use_rustls_tls();
-        if let Some(path) = &settings.webhook_ca_file {
-            let pem =
-                std::fs::read(path).with_context(|| format!("cannot read --webhook-ca-file {}", path.display()))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .with_context(|| format!("--webhook-ca-file {}: not PEM certificates", path.display()))?;
-            anyhow::ensure!(!certs.is_empty(), "--webhook-ca-file {}: no certificate in it", path.display());
-            for cert in certs {
-                http = http.add_root_certificate(cert);
-            }
-        }
-        let http = http.build().context("cannot build the webhook HTTP client")?;
+        let sender = Sender::new(store.clone(), clock.clone(), allow, settings)?;
         let retain = match settings.retain {
             Some(d) => Some(chrono::Duration::from_std(d).context("--retain is too long")?),
             None => None,
         };
-        Ok(Self { store, clock, http, backoff: settings.webhook_backoff, allow, retain, last_prune: Mutex::new(None) })
+        Ok(Self { store, clock, sender, retain, last_prune: Mutex::new(None) })
     }
 
     /// One pass of every scan. A failing scan is logged and the others still run.
@@ -100,17 +73,30 @@ impl Scanner {
             Ok(n) => report.deadlines_missed = n,
             Err(e) => tracing::error!(error = ?e, "deadline scan failed"),
         }
-        match self.store.claim_webhooks(BATCH).await {
+        match self.store.claim_deliveries(BATCH).await {
             Ok(items) => {
-                for item in items {
-                    match self.deliver(&item).await {
+                // A delivery that failed holds back the later ones of its
+                // partition and receiver: they go back unsent, in order.
+                let mut held = Vec::new();
+                for item in &items {
+                    let key = item.order_key();
+                    if key.is_some() && held.contains(&key) {
+                        if let Err(e) = self.store.release_delivery(item.id).await {
+                            tracing::error!(error = ?e, id = item.id, "could not hand a delivery back");
+                        }
+                        continue;
+                    }
+                    match self.sender.deliver(item).await {
                         Delivery::Sent => report.delivered += 1,
-                        Delivery::Failed => report.failed_deliveries += 1,
+                        Delivery::Failed => {
+                            report.failed_deliveries += 1;
+                            held.push(key);
+                        }
                         Delivery::Refused => report.refused_deliveries += 1,
                     }
                 }
             }
-            Err(e) => tracing::error!(error = ?e, "webhook outbox scan failed"),
+            Err(e) => tracing::error!(error = ?e, "outbox scan failed"),
         }
         report.pruned = self.prune().await;
         report
@@ -168,68 +154,5 @@ impl Scanner {
                 }
             }
         })
-    }
-
-    /// POSTs one alert, if its host is still allowed.
-    async fn deliver(&self, item: &OutboxItem) -> Delivery {
-        if let Err(refusal) = self.allow.check(&item.url) {
-            let reason = format!("not sent: {refusal}");
-            tracing::warn!(id = item.id, url = %item.url, %reason, "webhook delivery given up");
-            if let Err(e) = self.store.webhook_given_up(item.id, &reason).await {
-                tracing::error!(error = ?e, id = item.id, "could not record the refused delivery");
-            }
-            return Delivery::Refused;
-        }
-        let sent = self
-            .http
-            .post(&item.url)
-            .header("Idempotency-Key", &item.idempotency_key)
-            .json(&item.payload.0)
-            .send()
-            .await;
-        let error = match sent {
-            Ok(resp) if resp.status().is_success() => {
-                if let Err(e) = self.store.webhook_delivered(item.id).await {
-                    tracing::error!(error = ?e, id = item.id, "delivered, but could not record it: it will be sent again");
-                }
-                return Delivery::Sent;
-            }
-            Ok(resp) => format!("receiver answered {}", resp.status()),
-            Err(e) => format!("cannot reach receiver: {e}"),
-        };
-        let failures = u32::try_from(item.attempts + 1).unwrap_or(u32::MAX);
-        let wait = backoff(self.backoff, failures);
-        let retry_at = self.clock.now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(300));
-        tracing::warn!(id = item.id, url = %item.url, attempt = failures, %error, retry_in = ?wait, "webhook delivery failed");
-        if let Err(e) = self.store.webhook_failed(item.id, &error, retry_at).await {
-            tracing::error!(error = ?e, id = item.id, "could not record the failed delivery");
-        }
-        Delivery::Failed
-    }
-}
-
-/// What became of one delivery attempt.
-enum Delivery {
-    /// The receiver answered 2xx.
-    Sent,
-    /// To be tried again later.
-    Failed,
-    /// Its host is not allowed: given up for good.
-    Refused,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_caps_at_five_minutes() {
-        let s = Duration::from_secs(1);
-        assert_eq!(backoff(s, 1), Duration::from_secs(1));
-        assert_eq!(backoff(s, 2), Duration::from_secs(2));
-        assert_eq!(backoff(s, 4), Duration::from_secs(8));
-        assert_eq!(backoff(s, 9), Duration::from_secs(256));
-        assert_eq!(backoff(s, 10), MAX_BACKOFF);
-        assert_eq!(backoff(s, 60), MAX_BACKOFF);
     }
 }

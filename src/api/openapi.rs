@@ -39,6 +39,7 @@ Authentication: `Authorization: Bearer <token>` with an API token (`bgt_…`, fr
         http::metrics::scrape,
         http::service::openapi,
         http::alerts::list,
+        http::deliveries::list,
         http::lineage::changes,
         http::lineage::lineage,
         http::openlineage::intake,
@@ -74,6 +75,7 @@ Authentication: `Authorization: Bearer <token>` with an API token (`bgt_…`, fr
         (name = "lineage", description = "What each batch read, staleness, invalidation and the change feed."),
         (name = "alerts", description = "Alerts for rejected, failed and abandoned batches and missed deadlines."),
         (name = "auth", description = "API tokens and the audit log."),
+        (name = "deliveries", description = "The outbox: alert webhooks, Airflow asset events and CloudEvents, and what became of each."),
     ),
     modifiers(&Finish),
 )]

@@ -249,6 +249,23 @@ pub struct PolicyRequest {
     /// `422 webhook_not_allowed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_url: Option<String>,
+    /// The Airflow asset (name, or URI if it contains `://`) each published
+    /// version of a partition is reported to as an asset event on
+    /// `--airflow-url`; none: no events. An asset Airflow does not know
+    /// raises an `airflow_asset_unknown` alert and the event waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1500)]
+    pub airflow_asset: Option<String>,
+    /// The asset event's partition key: a template over the partition spec's
+    /// keys, `{key}` for a key's value (default `{dt}`, e.g. `{region}|{dt}`).
+    /// A key the dataset's partitions lack is `422` naming this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 200, example = "{region}|{dt}")]
+    pub partition_key: Option<String>,
+    /// Every change-feed entry of this dataset is also POSTed here as a
+    /// CloudEvent (besides `--events-url`); allow-listed like `webhook_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events_url: Option<String>,
 }
 
 /// Takes a partition out of service.

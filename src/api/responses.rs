@@ -9,8 +9,8 @@ use utoipa::{ToResponse, ToSchema};
 use crate::domain::batch::BatchState;
 use crate::domain::readiness::Fitness;
 use crate::store::{
-    AlertRecord, AuditRecord, BatchRecord, ChangeRecord, DatasetRecord, LineageEdge, LineageNode, PartitionRecord,
-    TokenRecord,
+    AlertRecord, AuditRecord, BatchRecord, ChangeRecord, DatasetRecord, DeliveryRecord, LineageEdge, LineageNode,
+    PartitionRecord, TokenRecord,
 };
 
 /// What went wrong. `code` is stable snake_case that clients may match on;
@@ -162,6 +162,10 @@ page!(
 page!(
     /// One page of alerts.
     AlertPage, AlertRecord, "Newest first."
+);
+page!(
+    /// One page of outbox deliveries.
+    DeliveryPage, DeliveryRecord, "Newest first."
 );
 page!(
     /// One page of the audit log.

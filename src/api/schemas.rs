@@ -5,6 +5,16 @@
 
 use utoipa::ToSchema;
 
+/// Where a delivery stands.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum DeliveryState {
+    Pending,
+    Delivered,
+    GivenUp,
+}
+
 /// What to clean before writing: `{}` when nothing needs cleaning.
 #[derive(ToSchema)]
 #[allow(dead_code)]

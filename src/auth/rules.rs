@@ -81,6 +81,8 @@ pub const RULES: &[Rule] = &[
     rule("GET", "/v1/datasets", "dataset.list", Need::Read),
     rule("GET", "/v1/datasets/{dataset}", "dataset.read", Need::Read),
     rule("PUT", "/v1/datasets/{dataset}", "dataset.put", Need::Operate(Datasets::Path)),
+    // Read, like the alerts and dataset policies whose URLs and payloads it shows.
+    rule("GET", "/v1/deliveries", "deliveries.list", Need::Read),
     rule("GET", "/v1/lineage", "lineage.read", Need::Read),
     rule("POST", "/api/v1/lineage", "openlineage.event", Need::Produce(Datasets::LineageOutputs)),
     rule("GET", "/v1/partitions", "partition.list", Need::Read),

@@ -617,6 +617,16 @@ struct SetPolicyArgs {
     /// This dataset's alerts are also POSTed here.
     #[arg(long)]
     webhook_url: Option<String>,
+    /// The Airflow asset (name or URI) each published partition is reported to.
+    #[arg(long)]
+    airflow_asset: Option<String>,
+    /// The asset event's partition key, a template over the partition spec's
+    /// keys (default `{dt}`, e.g. `{region}|{dt}`).
+    #[arg(long)]
+    partition_key: Option<String>,
+    /// This dataset's readiness changes are also POSTed here as CloudEvents.
+    #[arg(long)]
+    events_url: Option<String>,
     /// Print the service's answer (JSON).
     #[arg(long)]
     json: bool,
@@ -640,6 +650,9 @@ pub async fn run_dataset(args: DatasetArgs) -> Exit {
         max_partitions_per_batch: a.max_partitions_per_batch,
         deadline: a.deadline.map(|time| Deadline { time, days_after_dt: a.deadline_days_after_dt.unwrap_or(0) }),
         webhook_url: a.webhook_url,
+        airflow_asset: a.airflow_asset,
+        partition_key: a.partition_key,
+        events_url: a.events_url,
     };
     match client.put_dataset(&a.dataset, &req).await {
         Ok(answer) => {

@@ -6,7 +6,8 @@ use super::policy::{string_enum, Tier};
 use super::readiness::Fitness;
 
 string_enum! {
-    AlertKind { Rejected = "rejected", Failed = "failed", Abandoned = "abandoned", DeadlineMissed = "deadline_missed", StaleDownstream = "stale_downstream" }
+    AlertKind { Rejected = "rejected", Failed = "failed", Abandoned = "abandoned", DeadlineMissed = "deadline_missed", StaleDownstream = "stale_downstream",
+        AirflowAssetUnknown = "airflow_asset_unknown" }
 }
 
 string_enum! {
@@ -26,6 +27,7 @@ string_enum! {
         FixSourceData = "fix_source_data",
         FixCodeThenRerun = "fix_code_then_rerun",
         RecomputeDownstream = "recompute_downstream",
+        FixAirflowAsset = "fix_airflow_asset",
     }
 }
 

@@ -9,6 +9,7 @@ pub mod names;
 pub mod openlineage;
 pub mod outbound;
 pub mod policy;
+pub mod push;
 pub mod readiness;
 pub mod repair;
 pub mod retry;

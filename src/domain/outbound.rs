@@ -93,17 +93,17 @@ pub struct AllowList {
 
 impl AllowList {
     /// From `--webhook-allow` entries (each may itself be comma-separated;
-    /// blanks are ignored) and the service-wide `--webhook-url`, whose host is
-    /// always allowed (on any port).
-    pub fn new<S: AsRef<str>>(entries: &[S], service_url: Option<&str>) -> Result<Self, String> {
+    /// blanks are ignored) and the operator's own receivers (`--webhook-url`,
+    /// `--airflow-url`, `--events-url`), whose hosts are always allowed (on any port).
+    pub fn new<S: AsRef<str>>(entries: &[S], service_urls: &[&str]) -> Result<Self, String> {
         let mut patterns = Vec::new();
         for entry in entries {
             for raw in entry.as_ref().split(',').map(str::trim).filter(|s| !s.is_empty()) {
                 patterns.push(HostPattern::parse(raw)?);
             }
         }
-        if let Some(url) = service_url {
-            let (host, _) = host_of(url).map_err(|e| format!("--webhook-url: {e}"))?;
+        for url in service_urls {
+            let (host, _) = host_of(url).map_err(|e| format!("receiver URL: {e}"))?;
             patterns.push(HostPattern::Exact { host, port: None });
         }
         Ok(Self { patterns })
@@ -135,7 +135,7 @@ mod tests {
     use super::*;
 
     fn list(entries: &[&str], service: Option<&str>) -> AllowList {
-        AllowList::new(entries, service).expect("valid list")
+        AllowList::new(entries, &service.into_iter().collect::<Vec<_>>()).expect("valid list")
     }
 
     fn allowed(l: &AllowList, url: &str) -> bool {
@@ -206,9 +206,9 @@ mod tests {
     #[test]
     fn bad_patterns_are_refused() {
         for bad in ["*", "*.", "a.*.example", "http://x", "x/y", "u@x", "*.10.0.0.1", "a b"] {
-            assert!(AllowList::new(&[bad], None).is_err(), "{bad:?}");
+            assert!(AllowList::new(&[bad], &[]).is_err(), "{bad:?}");
         }
-        assert!(AllowList::new(&[""], None).unwrap().check("http://x/").is_err(), "blank entries allow nothing");
-        assert!(AllowList::new::<&str>(&[], Some("not a url")).is_err());
+        assert!(AllowList::new(&[""], &[]).unwrap().check("http://x/").is_err(), "blank entries allow nothing");
+        assert!(AllowList::new::<&str>(&[], &["not a url"]).is_err());
     }
 }

@@ -68,6 +68,15 @@ pub struct DatasetPolicy {
     pub deadline: Option<super::deadline::Deadline>,
     /// Where this dataset's alerts are POSTed, besides the service-wide URL.
     pub webhook_url: Option<String>,
+    /// The Airflow asset (name or URI) each published version is reported
+    /// to as an asset event; none: no events.
+    pub airflow_asset: Option<String>,
+    /// The asset event's partition key: a template over the partition
+    /// spec's keys (see [`super::push::PartitionKeyTemplate`]); none: `{dt}`.
+    pub partition_key: Option<String>,
+    /// Where this dataset's change-feed entries are POSTed as CloudEvents,
+    /// besides the service-wide `--events-url`.
+    pub events_url: Option<String>,
 }
 
 impl Default for DatasetPolicy {
@@ -84,7 +93,19 @@ impl Default for DatasetPolicy {
             max_partitions_per_batch: 31,
             deadline: None,
             webhook_url: None,
+            airflow_asset: None,
+            partition_key: None,
+            events_url: None,
         }
+    }
+}
+
+impl DatasetPolicy {
+    /// The partition key template asset events use.
+    pub fn partition_key_template(&self) -> super::push::PartitionKeyTemplate {
+        let raw = self.partition_key.as_deref().unwrap_or(super::push::DEFAULT_PARTITION_KEY);
+        // Stored templates were parsed when the policy was written.
+        super::push::PartitionKeyTemplate::parse(raw).unwrap_or_else(|e| panic!("stored partition_key: {e}"))
     }
 }
 

@@ -12,13 +12,26 @@ use crate::api::{DatasetList, PolicyRequest};
 use crate::domain::names::DatasetName;
 use crate::domain::outbound::{AllowList, Refusal};
 use crate::domain::policy::DatasetPolicy;
+use crate::domain::push::PartitionKeyTemplate;
 use crate::error::{Error, Result};
+use crate::store::PartitionQuery;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/datasets", get(list)).route("/v1/datasets/{dataset}", get(read).put(put))
 }
 
 /// A PUT replaces the whole policy: a field left out takes its default.
+/// A receiver URL the allow-list must accept (`webhook_url`, `events_url`).
+fn allowed_url(field: &str, url: &str, allow: &AllowList) -> Result<()> {
+    match allow.check(url) {
+        Ok(()) => Ok(()),
+        Err(Refusal::NotAUrl(why)) => Err(Error::invalid(field, why)),
+        Err(refused @ Refusal::NotAllowed { .. }) => {
+            Err(Error::invalid_code("webhook_not_allowed", field, refused.to_string()))
+        }
+    }
+}
+
 fn policy(b: PolicyRequest, webhook_allow: &AllowList) -> Result<DatasetPolicy> {
     let d = DatasetPolicy::default();
     let unique_key = b.unique_key.unwrap_or_default();
@@ -47,18 +60,31 @@ fn policy(b: PolicyRequest, webhook_allow: &AllowList) -> Result<DatasetPolicy> 
         dl.validate().map_err(|e| Error::invalid("deadline", e))?;
     }
     if let Some(url) = &b.webhook_url {
-        match webhook_allow.check(url) {
-            Ok(()) => {}
-            Err(Refusal::NotAUrl(why)) => return Err(Error::invalid("webhook_url", why)),
-            Err(refused @ Refusal::NotAllowed { .. }) => {
-                return Err(Error::invalid_code("webhook_not_allowed", "webhook_url", refused.to_string()))
-            }
+        allowed_url("webhook_url", url, webhook_allow)?;
+    }
+    if let Some(url) = &b.events_url {
+        allowed_url("events_url", url, webhook_allow)?;
+    }
+    let airflow_asset = b.airflow_asset.filter(|a| !a.is_empty());
+    if let Some(asset) = &airflow_asset {
+        if asset.chars().count() > 1500 || asset.chars().any(char::is_control) || asset.trim() != asset {
+            return Err(Error::invalid(
+                "airflow_asset",
+                "airflow_asset must be an Airflow asset name or URI: at most 1500 characters, no control characters \
+                 or surrounding blanks",
+            ));
         }
+    }
+    if let Some(t) = &b.partition_key {
+        PartitionKeyTemplate::parse(t).map_err(|e| Error::invalid("partition_key", e))?;
     }
     Ok(DatasetPolicy {
         max_partitions_per_batch,
         deadline: b.deadline,
         webhook_url: b.webhook_url,
+        airflow_asset,
+        partition_key: b.partition_key,
+        events_url: b.events_url,
         tier: b.tier.unwrap_or(d.tier),
         write_mode: b.write_mode.unwrap_or(d.write_mode),
         unique_key,
@@ -68,6 +94,26 @@ fn policy(b: PolicyRequest, webhook_allow: &AllowList) -> Result<DatasetPolicy> 
         allow_empty: b.allow_empty.unwrap_or(d.allow_empty),
         owner: b.owner.filter(|o| !o.is_empty()),
     })
+}
+
+/// The partitions the dataset already has must have every key the
+/// partition key template names (a batch naming one without is refused at
+/// start).
+async fn keys_in_partitions(app: &AppState, name: &DatasetName, policy: &DatasetPolicy) -> Result<()> {
+    let template = policy.partition_key_template();
+    let q = PartitionQuery { dataset: name.as_str().to_owned(), from: None, to: None, limit: 100, after: None };
+    for p in app.store.list_partitions(&q).await?.items {
+        if let Some(key) = template.missing_key(&p.partition) {
+            return Err(Error::invalid(
+                "partition_key",
+                format!(
+                    "partition_key names {{{key}}}, which partition {:?} of this dataset does not have",
+                    p.partition
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn dataset_name(raw: &str) -> Result<DatasetName> {
@@ -93,7 +139,7 @@ fn dataset_name(raw: &str) -> Result<DatasetName> {
         (status = 403, response = crate::api::Forbidden),
         (status = 413, response = crate::api::PayloadTooLarge),
         (status = 415, response = crate::api::UnsupportedMediaType),
-        (status = 422, description = "An invalid field (`invalid_field`, `unknown_field`, …; `details.field` names it), or `webhook_not_allowed`: `webhook_url` names a host the service may not call (`--webhook-allow`).", body = crate::api::ErrorBody),
+        (status = 422, description = "An invalid field (`invalid_field`, `unknown_field`, …; `details.field` names it), or `webhook_not_allowed`: `webhook_url` or `events_url` names a host the service may not call (`--webhook-allow`).", body = crate::api::ErrorBody),
         (status = 500, response = crate::api::StorageError),
         (status = 503, response = crate::api::StorageUnavailable),
     ),
@@ -101,6 +147,9 @@ fn dataset_name(raw: &str) -> Result<DatasetName> {
 async fn put(State(app): State<AppState>, Path(name): Path<String>, body: AppJson<PolicyRequest>) -> Result<Response> {
     let name = dataset_name(&name)?;
     let policy = policy(body.value, &app.webhook_allow)?;
+    if policy.airflow_asset.is_some() {
+        keys_in_partitions(&app, &name, &policy).await?;
+    }
     let (record, created) = app.store.put_dataset(&name, &policy).await?;
     Ok((if created { StatusCode::CREATED } else { StatusCode::OK }, Json(record)).into_response())
 }

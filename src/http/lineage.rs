@@ -4,12 +4,12 @@
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
 
-use super::query::{decode_cursor, encode_cursor, Params};
+use super::query::{decode_cursor, Params};
 use super::AppState;
 use crate::api::{Change, ChangePage, LineageView};
 use crate::domain::names::{DatasetName, PartitionSpec};
+use crate::domain::push::feed_cursor;
 use crate::error::{Error, Result};
 use crate::store::Direction;
 
@@ -114,7 +114,7 @@ async fn changes(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
             ),
         });
     }
-    let cursor_of = |id: i64| encode_cursor(&json!([id]));
+    let cursor_of = feed_cursor;
     let next_cursor = items.last().map_or_else(|| cursor_of(after), |c| cursor_of(c.id));
     let items = items.into_iter().map(|change| Change { cursor: cursor_of(change.id), change }).collect();
     Ok(Json(ChangePage { items, next_cursor }))

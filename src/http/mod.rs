@@ -4,6 +4,7 @@ pub(crate) mod alerts;
 pub(crate) mod audit;
 pub(crate) mod batches;
 pub(crate) mod datasets;
+pub(crate) mod deliveries;
 pub mod error;
 pub(crate) mod lineage;
 pub(crate) mod metrics;
@@ -67,6 +68,7 @@ pub fn router(state: AppState) -> Router {
         .merge(audit::router())
         .merge(batches::router())
         .merge(datasets::router())
+        .merge(deliveries::router())
         .merge(lineage::router())
         .merge(metrics::router())
         .merge(openlineage::router())

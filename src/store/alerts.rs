@@ -160,7 +160,8 @@ pub(super) async fn raise(
     urls.dedup();
     for url in urls {
         c.exec(
-            "INSERT INTO webhook_outbox (alert_id, url, idempotency_key, payload, next_attempt_at, created_at) VALUES ($1, $2, $3, $4, $5, $5)",
+            "INSERT INTO outbox (target, alert_id, url, idempotency_key, payload, next_attempt_at, created_at) \
+             VALUES ('webhook', $1, $2, $3, $4, $5, $5)",
             args![alert.id, url, format!("batchgate-alert-{}", alert.id), payload.clone(), now],
         )
         .await?;
@@ -183,15 +184,4 @@ pub(super) async fn resolve_ready(c: &mut Conn<'_>, dataset: &str, dt: NaiveDate
         }
     }
     Ok(())
-}
-
-/// One webhook delivery to make.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct OutboxItem {
-    pub id: i64,
-    pub alert_id: i64,
-    pub url: String,
-    pub idempotency_key: String,
-    pub payload: Json<Value>,
-    pub attempts: i64,
 }

@@ -192,6 +192,7 @@ impl SqlStore {
         .await?;
         let policy = load_policy(&mut c, dataset).await?.policy();
         guard_scope(&policy, &req)?;
+        guard_partition_key(&policy, &req)?;
         if let Some(repair) = req.repair_id {
             let found: Option<(i64,)> = c.opt("SELECT id FROM repairs WHERE id = $1", args![repair]).await?;
             if found.is_none() {
@@ -352,7 +353,7 @@ impl SqlStore {
 
     /// The webhooks an alert of this dataset goes to.
     pub(super) fn webhooks(&self, policy: &DatasetPolicy) -> Vec<String> {
-        self.webhook_url.iter().chain(policy.webhook_url.iter()).cloned().collect()
+        self.receivers.webhook.iter().chain(policy.webhook_url.iter()).cloned().collect()
     }
 
     /// Marks a running batch abandoned (its lease ran out), by a newer batch
@@ -450,6 +451,27 @@ async fn record_heartbeat(
 
 /// The overwrite guard: an `overwrite_partition` batch replaces whole
 /// partitions, so it must name concrete ones, and not too many at once.
+/// A dataset that reports to Airflow needs every key of its partition key
+/// template in each partition a batch names.
+fn guard_partition_key(policy: &DatasetPolicy, req: &StartBatch) -> Result<()> {
+    if policy.airflow_asset.is_none() {
+        return Ok(());
+    }
+    let template = policy.partition_key_template();
+    for (i, p) in req.partitions.iter().enumerate() {
+        if let Some(key) = template.missing_key(p.as_str()) {
+            return Err(Error::invalid(
+                format!("partitions[{i}]"),
+                format!(
+                    "{:?} has no key {key:?}, which the dataset's partition_key names (its Airflow asset events need it)",
+                    p.as_str()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Other write modes take a wildcard as a malformed spec.
 fn guard_scope(policy: &DatasetPolicy, req: &StartBatch) -> Result<()> {
     let overwrite = policy.write_mode == WriteMode::OverwritePartition;

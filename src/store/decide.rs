@@ -130,7 +130,7 @@ impl SqlStore {
         )
         .await?;
 
-        let mut ripple = lineage::Ripple { changes: Vec::new(), webhook: self.webhook_url.clone() };
+        let mut ripple = self.ripple();
         let changed = if verdict.passed {
             let mut published = Vec::new();
             for p in &evidence.partitions {

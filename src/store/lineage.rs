@@ -13,6 +13,7 @@ use sqlx::types::Json;
 use super::alerts::{self, NewAlert};
 use super::batches::load_policy;
 use super::db::{args, Conn};
+use super::outbox::{self, NewChange, Receivers};
 use super::records::{fitness_of, load_partition, PartitionRecord};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Action, AlertKind};
@@ -26,8 +27,8 @@ pub(super) const DOWNSTREAM_DEPTH: u32 = 20;
 /// changed (for the change hub), and where alerts about them go.
 pub(super) struct Ripple {
     pub changes: Vec<Change>,
-    /// The service-wide alert webhook.
-    pub webhook: Option<String>,
+    /// The service-wide receivers: alert webhook, CloudEvents, Airflow.
+    pub receivers: Receivers,
 }
 
 /// An input of a batch, resolved to the version it will read.
@@ -94,10 +95,12 @@ pub(super) async fn inputs_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<In
         .collect())
 }
 
-/// Appends a readiness change to the feed.
+/// Appends a readiness change to the feed, and queues it for the receivers
+/// it is pushed to (in the same transaction).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn emit(
     c: &mut Conn<'_>,
+    ripple: &Ripple,
     kind: ChangeKind,
     dataset: &str,
     partition: &str,
@@ -106,12 +109,15 @@ pub(super) async fn emit(
     detail: Value,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    c.exec(
-        "INSERT INTO changes (kind, dataset, partition_spec, version, batch_id, at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        args![kind, dataset, partition, version, batch_id, now, detail],
-    )
-    .await?;
-    Ok(())
+    let (id,): (i64,) = c
+        .one(
+            "INSERT INTO changes (kind, dataset, partition_spec, version, batch_id, at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             RETURNING id",
+            args![kind, dataset, partition, version, batch_id, now, detail.clone()],
+        )
+        .await?;
+    let change = NewChange { id, kind: kind.as_str(), dataset, partition, version, batch_id, detail: &detail, at: now };
+    outbox::on_change(c, ripple, change).await
 }
 
 /// Why a partition built from `input` at `built_on` is stale now, if it is.
@@ -146,6 +152,7 @@ pub(super) async fn on_published(
     let was_stale = before.as_ref().is_some_and(|s| s.stale_upstream.is_some());
     emit(
         c,
+        ripple,
         if version == 1 { ChangeKind::Published } else { ChangeKind::Restated },
         dataset,
         partition,
@@ -172,11 +179,21 @@ pub(super) async fn on_published(
     .await?;
     match (&stale, was_stale) {
         (Some(why), _) => {
-            emit(c, ChangeKind::Stale, dataset, partition, version, Some(batch_id), json!({"upstream": why}), now)
-                .await?
+            emit(
+                c,
+                ripple,
+                ChangeKind::Stale,
+                dataset,
+                partition,
+                version,
+                Some(batch_id),
+                json!({"upstream": why}),
+                now,
+            )
+            .await?
         }
         (None, true) => {
-            emit(c, ChangeKind::FreshAgain, dataset, partition, version, Some(batch_id), json!({}), now).await?
+            emit(c, ripple, ChangeKind::FreshAgain, dataset, partition, version, Some(batch_id), json!({}), now).await?
         }
         (None, false) => {}
     }
@@ -203,6 +220,7 @@ pub(super) async fn invalidate(
     .await?;
     emit(
         c,
+        ripple,
         ChangeKind::Invalidated,
         dataset,
         partition,
@@ -294,11 +312,22 @@ async fn propagate(
                     args![&cds, &cp, why.clone(), now],
                 )
                 .await?;
-                emit(c, ChangeKind::Stale, &cds, &cp, cversion, cbatch.as_deref(), json!({"upstream": why}), now)
-                    .await?;
+                emit(
+                    c,
+                    ripple,
+                    ChangeKind::Stale,
+                    &cds,
+                    &cp,
+                    cversion,
+                    cbatch.as_deref(),
+                    json!({"upstream": why}),
+                    now,
+                )
+                .await?;
                 ripple.changes.push(Change { dataset: cds.clone(), partitions: Some(vec![cp.clone()]) });
                 let policy = load_policy(c, &cds).await?.policy();
-                let hooks: Vec<String> = ripple.webhook.iter().chain(policy.webhook_url.iter()).cloned().collect();
+                let hooks: Vec<String> =
+                    ripple.receivers.webhook.iter().chain(policy.webhook_url.iter()).cloned().collect();
                 let alert = NewAlert {
                     kind: AlertKind::StaleDownstream,
                     dedup_key: format!("stale_downstream:{cds}:{cp}:{cversion}"),
@@ -389,7 +418,7 @@ impl super::SqlStore {
     pub(super) async fn do_invalidate(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
         let now = self.now();
         let mut tx = self.begin_write().await?;
-        let mut ripple = Ripple { changes: Vec::new(), webhook: self.webhook_url.clone() };
+        let mut ripple = self.ripple();
         if !invalidate(&mut tx.conn(), dataset, partition, reason, now, &mut ripple).await? {
             return Err(crate::error::Error::not_found(
                 "partition_not_found",

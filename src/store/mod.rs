@@ -13,6 +13,7 @@ pub mod db;
 mod decide;
 mod lineage;
 mod openlineage;
+mod outbox;
 mod postgres;
 mod reads;
 mod records;
@@ -29,12 +30,13 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-pub use alerts::{AlertRecord, OutboxItem};
+pub use alerts::AlertRecord;
 pub use lineage::{
     ChangeRecord, Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput, CONSUMERS_SQL,
     DOWNSTREAM_SQL,
 };
 pub use openlineage::{LineageEvent, Recorded};
+pub use outbox::{DeliveryQuery, DeliveryRecord, OutboxItem, Receivers};
 pub use records::{fitness_of, BatchRecord, DatasetRecord, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
 pub use retention::{Pruned, PRUNE_BATCH};
@@ -187,13 +189,28 @@ pub trait Store: Send + Sync + 'static {
     /// Raises `deadline_missed` for data dates past their deadline; returns how many.
     async fn check_deadlines(&self) -> Result<usize>;
     async fn list_alerts(&self, q: &AlertQuery) -> Result<Page<AlertRecord>>;
-    /// Takes up to `limit` due webhook deliveries for a while, so that no
-    /// other replica sends them meanwhile.
-    async fn claim_webhooks(&self, limit: i64) -> Result<Vec<OutboxItem>>;
-    async fn webhook_delivered(&self, id: i64) -> Result<()>;
-    async fn webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()>;
+    /// Takes up to `limit` due deliveries (webhooks, Airflow asset events,
+    /// CloudEvents) for a while, so that no other replica sends them
+    /// meanwhile; never one that an earlier undelivered one of the same
+    /// partition and receiver holds back.
+    async fn claim_deliveries(&self, limit: i64) -> Result<Vec<OutboxItem>>;
+    async fn delivery_sent(&self, id: i64) -> Result<()>;
+    async fn delivery_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()>;
     /// Gives a delivery up for good (its host is no longer allowed); `reason` is kept with it.
-    async fn webhook_given_up(&self, id: i64, reason: &str) -> Result<()>;
+    async fn delivery_given_up(&self, id: i64, reason: &str) -> Result<()>;
+    /// Hands a claimed delivery back unsent.
+    async fn release_delivery(&self, id: i64) -> Result<()>;
+    /// Deliveries, newest first.
+    async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliveryRecord>>;
+    /// Raises an alert about a dataset's pushes (at most once per `dedup_key`).
+    async fn raise_push_alert(
+        &self,
+        kind: crate::domain::alerts::AlertKind,
+        dataset: &str,
+        partition: Option<&str>,
+        dedup_key: &str,
+        message: &str,
+    ) -> Result<()>;
     /// Prunes the change feed, resolved alerts, finished deliveries and raw
     /// OpenLineage events older than `cutoff`, in small batches.
     async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned>;
@@ -261,8 +278,8 @@ pub struct SqlStore {
     backend: Backend,
     clock: Arc<dyn Clock>,
     hub: Arc<ChangeHub>,
-    /// Every alert is POSTed here (besides each dataset's own `webhook_url`).
-    webhook_url: Option<String>,
+    /// Where every alert and change is pushed (besides each dataset's own receivers).
+    receivers: Receivers,
     /// PostgreSQL: replicas' acknowledgements of changes.
     acks: Option<Arc<postgres::Acks>>,
     /// Where decisions are counted (and logged).
@@ -278,6 +295,10 @@ pub struct DbOptions {
     pub timeout: std::time::Duration,
     /// Service-wide alert webhook.
     pub webhook_url: Option<String>,
+    /// Service-wide CloudEvents receivers (`--events-url`).
+    pub events_urls: Vec<String>,
+    /// Airflow's base URL (`--airflow-url`).
+    pub airflow_url: Option<String>,
     /// The service's metrics, which decisions count into.
     pub metrics: Arc<Metrics>,
 }
@@ -287,8 +308,20 @@ impl Default for DbOptions {
         Self {
             max_connections: 10,
             webhook_url: None,
+            events_urls: Vec::new(),
+            airflow_url: None,
             metrics: Arc::default(),
             timeout: std::time::Duration::from_secs(2),
+        }
+    }
+}
+
+impl DbOptions {
+    fn receivers(&self) -> Receivers {
+        Receivers {
+            webhook: self.webhook_url.clone(),
+            events: self.events_urls.clone(),
+            airflow: self.airflow_url.clone(),
         }
     }
 }
@@ -304,7 +337,7 @@ impl SqlStore {
                     backend: Backend::Sqlite(pool),
                     clock,
                     hub: ChangeHub::new(true),
-                    webhook_url: opts.webhook_url.clone(),
+                    receivers: opts.receivers(),
                     acks: None,
                     metrics: opts.metrics.clone(),
                 }
@@ -318,7 +351,7 @@ impl SqlStore {
                     backend: Backend::Postgres(pool),
                     clock,
                     hub,
-                    webhook_url: opts.webhook_url.clone(),
+                    receivers: opts.receivers(),
                     acks: Some(acks),
                     metrics: opts.metrics.clone(),
                 }
@@ -391,5 +424,10 @@ impl SqlStore {
 
     fn now(&self) -> DateTime<Utc> {
         self.clock.now()
+    }
+
+    /// What a write's changes set off, starting empty.
+    fn ripple(&self) -> lineage::Ripple {
+        lineage::Ripple { changes: Vec::new(), receivers: self.receivers.clone() }
     }
 }

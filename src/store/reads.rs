@@ -74,12 +74,13 @@ impl Store for SqlStore {
             c.opt("SELECT name FROM datasets WHERE name = $1", args![name.as_str()]).await?;
         let sql = format!(
             "INSERT INTO datasets (name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, \
-               max_partitions_per_batch, deadline, webhook_url, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13) \
+               max_partitions_per_batch, deadline, webhook_url, airflow_asset, partition_key, events_url, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15, $16, $13, $13) \
              ON CONFLICT (name) DO UPDATE SET tier = excluded.tier, write_mode = excluded.write_mode, unique_key = excluded.unique_key, \
                timezone = excluded.timezone, max_volume_change = excluded.max_volume_change, baseline_periods = excluded.baseline_periods, \
                allow_empty = excluded.allow_empty, owner = excluded.owner, max_partitions_per_batch = excluded.max_partitions_per_batch, \
-               deadline = excluded.deadline, webhook_url = excluded.webhook_url, updated_at = excluded.updated_at \
+               deadline = excluded.deadline, webhook_url = excluded.webhook_url, airflow_asset = excluded.airflow_asset, \
+               partition_key = excluded.partition_key, events_url = excluded.events_url, updated_at = excluded.updated_at \
              RETURNING {DATASET_COLUMNS}"
         );
         let row: DatasetRow = c
@@ -98,7 +99,10 @@ impl Store for SqlStore {
                     i64::from(p.max_partitions_per_batch),
                     p.deadline.as_ref().map(|d| serde_json::json!(d)),
                     p.webhook_url.clone(),
-                    now
+                    now,
+                    p.airflow_asset.clone(),
+                    p.partition_key.clone(),
+                    p.events_url.clone()
                 ],
             )
             .await?;
@@ -292,20 +296,39 @@ impl Store for SqlStore {
         self.do_list_alerts(q).await
     }
 
-    async fn claim_webhooks(&self, limit: i64) -> Result<Vec<OutboxItem>> {
-        self.do_claim_webhooks(limit).await
+    async fn claim_deliveries(&self, limit: i64) -> Result<Vec<OutboxItem>> {
+        self.do_claim_deliveries(limit).await
     }
 
-    async fn webhook_delivered(&self, id: i64) -> Result<()> {
-        self.do_webhook_delivered(id).await
+    async fn delivery_sent(&self, id: i64) -> Result<()> {
+        self.do_delivery_sent(id).await
     }
 
-    async fn webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()> {
-        self.do_webhook_failed(id, error, retry_at).await
+    async fn delivery_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()> {
+        self.do_delivery_failed(id, error, retry_at).await
     }
 
-    async fn webhook_given_up(&self, id: i64, reason: &str) -> Result<()> {
-        self.do_webhook_given_up(id, reason).await
+    async fn delivery_given_up(&self, id: i64, reason: &str) -> Result<()> {
+        self.do_delivery_given_up(id, reason).await
+    }
+
+    async fn release_delivery(&self, id: i64) -> Result<()> {
+        self.do_release_delivery(id).await
+    }
+
+    async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliveryRecord>> {
+        self.do_list_deliveries(q).await
+    }
+
+    async fn raise_push_alert(
+        &self,
+        kind: crate::domain::alerts::AlertKind,
+        dataset: &str,
+        partition: Option<&str>,
+        dedup_key: &str,
+        message: &str,
+    ) -> Result<()> {
+        self.do_raise_push_alert(kind, dataset, partition, dedup_key, message).await
     }
 
     async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {

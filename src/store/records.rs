@@ -326,7 +326,7 @@ pub struct Residue {
 
 pub(super) const DATASET_COLUMNS: &str =
     "name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, \
-     allow_empty, owner, max_partitions_per_batch, deadline, webhook_url, created_at, updated_at";
+     allow_empty, owner, max_partitions_per_batch, deadline, webhook_url, airflow_asset, partition_key, events_url, created_at, updated_at";
 
 /// A stored count that must fit a `u32`: anything else is a decode error
 /// naming the column (sqlx adds it) and the value, never a silent default.
@@ -371,6 +371,9 @@ pub(super) struct DatasetRow {
     pub max_partitions_per_batch: Count,
     pub deadline: Option<Json<Deadline>>,
     pub webhook_url: Option<String>,
+    pub airflow_asset: Option<String>,
+    pub partition_key: Option<String>,
+    pub events_url: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -389,6 +392,9 @@ impl DatasetRow {
             max_partitions_per_batch: self.max_partitions_per_batch.0,
             deadline: self.deadline.as_ref().map(|d| d.0.clone()),
             webhook_url: self.webhook_url.clone(),
+            airflow_asset: self.airflow_asset.clone(),
+            partition_key: self.partition_key.clone(),
+            events_url: self.events_url.clone(),
         }
     }
 }
@@ -410,6 +416,9 @@ pub struct DatasetRecord {
     pub max_partitions_per_batch: u32,
     pub deadline: Option<Deadline>,
     pub webhook_url: Option<String>,
+    pub airflow_asset: Option<String>,
+    pub partition_key: Option<String>,
+    pub events_url: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -429,6 +438,9 @@ impl DatasetRecord {
             max_partitions_per_batch: self.max_partitions_per_batch,
             deadline: self.deadline.clone(),
             webhook_url: self.webhook_url.clone(),
+            airflow_asset: self.airflow_asset.clone(),
+            partition_key: self.partition_key.clone(),
+            events_url: self.events_url.clone(),
         }
     }
 }
@@ -449,6 +461,9 @@ impl From<DatasetRow> for DatasetRecord {
             max_partitions_per_batch: p.max_partitions_per_batch,
             deadline: p.deadline,
             webhook_url: p.webhook_url,
+            airflow_asset: p.airflow_asset,
+            partition_key: p.partition_key,
+            events_url: p.events_url,
             created_at: r.created_at,
             updated_at: r.updated_at,
         }

@@ -41,12 +41,12 @@ impl Pruned {
 
 /// One bounded statement per table: deletes up to [`PRUNE_BATCH`] rows
 /// older than `$1`, returning their ids.
-const DELETE_WEBHOOKS: &str = "DELETE FROM webhook_outbox WHERE id IN (SELECT id FROM webhook_outbox \
+const DELETE_WEBHOOKS: &str = "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox \
      WHERE (delivered_at < $1 OR given_up_at < $1) ORDER BY id LIMIT 1000) RETURNING id";
 /// An alert goes once none of its deliveries is left (the outbox refers to it).
 const DELETE_ALERTS: &str = "DELETE FROM alerts WHERE id IN (SELECT a.id FROM alerts a \
      WHERE a.state = 'resolved' AND a.resolved_at < $1 \
-     AND NOT EXISTS (SELECT 1 FROM webhook_outbox w WHERE w.alert_id = a.id) ORDER BY a.id LIMIT 1000) RETURNING id";
+     AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.alert_id = a.id) ORDER BY a.id LIMIT 1000) RETURNING id";
 const DELETE_CHANGES: &str =
     "DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < $1 ORDER BY id LIMIT 1000) RETURNING id";
 const DELETE_OPENLINEAGE: &str = "DELETE FROM openlineage_events WHERE id IN (SELECT id FROM openlineage_events \

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::json;
 
-use super::alerts::{self, AlertRecord, NewAlert, OutboxItem, ALERT_COLUMNS};
+use super::alerts::{self, AlertRecord, NewAlert, ALERT_COLUMNS};
 use super::batches::{event, load_batch, load_policy, load_record, not_found};
 use super::db::{args, Arg};
 use super::records::{BatchRecord, DatasetRow, PartitionRecord, DATASET_COLUMNS, PARTITION_COLUMNS};
@@ -31,10 +31,6 @@ pub(super) struct Overdue {
     pub due: DateTime<Utc>,
     pub blocked: Vec<(String, Fitness)>,
 }
-
-/// How long a replica holds a claimed webhook delivery before another may
-/// take it over (it died mid-delivery).
-const CLAIM_SECONDS: i64 = 60;
 
 impl SqlStore {
     pub(super) async fn do_record_written(
@@ -195,12 +191,11 @@ impl SqlStore {
         let partitions_late = self.overdue(now).await?.iter().map(|o| o.blocked.len() as i64).sum();
         let mut r = self.read().await?;
         let mut c = r.conn();
-        let (outbox_pending,): (i64,) = c
-            .one("SELECT COUNT(*) FROM webhook_outbox WHERE delivered_at IS NULL AND given_up_at IS NULL", args![])
-            .await?;
+        let (outbox_pending,): (i64,) =
+            c.one("SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND given_up_at IS NULL", args![]).await?;
         let oldest: Option<(DateTime<Utc>,)> = c
             .opt(
-                "SELECT created_at FROM webhook_outbox WHERE delivered_at IS NULL AND given_up_at IS NULL ORDER BY id LIMIT 1",
+                "SELECT created_at FROM outbox WHERE delivered_at IS NULL AND given_up_at IS NULL ORDER BY id LIMIT 1",
                 args![],
             )
             .await?;
@@ -241,69 +236,5 @@ impl SqlStore {
         items.truncate(q.limit as usize);
         let next = items.last().filter(|_| more).map(|x| json!([x.id]));
         Ok(Page { items, next })
-    }
-
-    pub(super) async fn do_claim_webhooks(&self, limit: i64) -> Result<Vec<OutboxItem>> {
-        let now = self.now();
-        let until = now + chrono::Duration::seconds(CLAIM_SECONDS);
-        let mut r = self.read().await?;
-        let mut c = r.conn();
-        let due: Vec<OutboxItem> = c
-            .all(
-                &format!(
-                    "SELECT id, alert_id, url, idempotency_key, payload, attempts FROM webhook_outbox \
-                     WHERE delivered_at IS NULL AND given_up_at IS NULL AND next_attempt_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1) \
-                     ORDER BY id LIMIT {limit}"
-                ),
-                args![now],
-            )
-            .await?;
-        let mut claimed = Vec::new();
-        for item in due {
-            // Conditional update: of two replicas racing for a row, one wins.
-            let n = c
-                .exec(
-                    "UPDATE webhook_outbox SET claimed_until = $2 \
-                     WHERE id = $1 AND delivered_at IS NULL AND given_up_at IS NULL AND (claimed_until IS NULL OR claimed_until < $3)",
-                    args![item.id, until, now],
-                )
-                .await?;
-            if n == 1 {
-                claimed.push(item);
-            }
-        }
-        Ok(claimed)
-    }
-
-    pub(super) async fn do_webhook_delivered(&self, id: i64) -> Result<()> {
-        let now = self.now();
-        let mut r = self.read().await?;
-        r.conn()
-            .exec("UPDATE webhook_outbox SET delivered_at = $2, attempts = attempts + 1, claimed_until = NULL WHERE id = $1", args![id, now])
-            .await?;
-        Ok(())
-    }
-
-    pub(super) async fn do_webhook_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()> {
-        let mut r = self.read().await?;
-        r.conn()
-            .exec(
-                "UPDATE webhook_outbox SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3, claimed_until = NULL WHERE id = $1",
-                args![id, error, retry_at],
-            )
-            .await?;
-        Ok(())
-    }
-
-    pub(super) async fn do_webhook_given_up(&self, id: i64, reason: &str) -> Result<()> {
-        let now = self.now();
-        let mut r = self.read().await?;
-        r.conn()
-            .exec(
-                "UPDATE webhook_outbox SET given_up_at = $2, last_error = $3, claimed_until = NULL WHERE id = $1",
-                args![id, now, reason],
-            )
-            .await?;
-        Ok(())
     }
 }

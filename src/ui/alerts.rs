@@ -58,7 +58,7 @@ pub(super) async fn page(State(app): State<AppState>, Query(f): Query<Filter>) -
             } }
             label { "Kind " select name="kind" {
                 option value="" { "any" }
-                @for k in ["rejected", "failed", "abandoned", "deadline_missed", "stale_downstream"] {
+                @for k in ["rejected", "failed", "abandoned", "deadline_missed", "stale_downstream", "airflow_asset_unknown"] {
                     option value=(k) selected[kind.as_deref() == Some(k)] { (k) }
                 }
             } }

@@ -57,6 +57,7 @@ const EXPECTED: &[(&str, &str, Who)] = &[
     ("GET", "/v1/datasets", Who::Readers),
     ("GET", "/v1/datasets/{dataset}", Who::Readers),
     ("PUT", "/v1/datasets/{dataset}", Who::Operators),
+    ("GET", "/v1/deliveries", Who::Readers),
     ("GET", "/v1/lineage", Who::Readers),
     ("POST", "/api/v1/lineage", Who::Producers),
     ("GET", "/v1/partitions", Who::Readers),

@@ -150,7 +150,7 @@ async fn history_older_than_the_retention_is_pruned(backend: Backend) {
 
     let (_, resolved) = app.get(&format!("/v1/alerts?state=resolved&dataset={ds}")).await;
     assert_eq!(resolved["items"], json!([]));
-    assert_eq!(app.sql_count("SELECT COUNT(*) FROM webhook_outbox").await, 0);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM outbox").await, 0);
     assert_eq!(app.sql_count("SELECT COUNT(*) FROM openlineage_events").await, 0);
     // The history stays.
     for id in [&failed, &published] {
@@ -173,7 +173,7 @@ async fn an_alert_waiting_for_delivery_is_kept(backend: Backend) {
     app.clock.advance(chrono::Duration::days(401));
     app.scan().await;
     assert_eq!(app.sql_count("SELECT COUNT(*) FROM alerts").await, 1);
-    assert_eq!(app.sql_count("SELECT COUNT(*) FROM webhook_outbox WHERE delivered_at IS NULL").await, 1);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL").await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

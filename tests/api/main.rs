@@ -31,6 +31,7 @@ mod outage;
 mod outbound;
 mod plans;
 mod process;
+mod push;
 mod repairs;
 mod retries;
 mod seed;

@@ -69,7 +69,7 @@ async fn the_allow_list_is_asked_again_before_each_delivery(backend: Backend) {
     assert_eq!(receiver.count(), 1, "nothing more reached the receiver");
     let why = app
         .sql_count(
-            "SELECT COUNT(*) FROM webhook_outbox WHERE given_up_at IS NOT NULL AND delivered_at IS NULL \
+            "SELECT COUNT(*) FROM outbox WHERE given_up_at IS NOT NULL AND delivered_at IS NULL \
              AND last_error LIKE '%is not allowed%--webhook-allow%'",
         )
         .await;
@@ -221,7 +221,9 @@ async fn without_the_ca_an_https_webhook_is_not_trusted(backend: Backend) {
     assert_eq!((report.delivered, report.failed_deliveries), (0, 1));
     assert!(receiver.seen.lock().unwrap().is_empty());
     let certificate_error = app
-        .sql_count("SELECT COUNT(*) FROM webhook_outbox WHERE delivered_at IS NULL AND last_error LIKE 'cannot reach receiver%'")
+        .sql_count(
+            "SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND last_error LIKE 'cannot reach receiver%'",
+        )
         .await;
     assert_eq!(certificate_error, 1);
 }
