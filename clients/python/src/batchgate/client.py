@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -386,6 +386,46 @@ class BatchgateClient:
         _, answer = self._call("GET", "/v1/alerts", params=params)
         return dict(answer)
 
+    def changes(
+        self,
+        *,
+        after: str | None = None,
+        dataset: str | None = None,
+        page_size: int | None = None,
+        follow: bool = False,
+        poll_interval: float = 5.0,
+    ) -> Iterator[dict[str, Any]]:
+        """Iterates the change feed (``published``, ``restated``,
+        ``invalidated``, ``stale``, ``fresh_again``) in commit order, from the
+        change after cursor ``after`` (from the start without it), a page at a
+        time.
+
+        Each change carries its ``cursor``: store the cursor of the last
+        change you handled and pass it as ``after`` to resume there, after a
+        restart too; no change is missed or seen twice. With ``follow`` the
+        iterator does not end at the end of the feed but asks again every
+        ``poll_interval`` seconds. A cursor into history the service pruned
+        raises :class:`~batchgate.errors.BatchgateError` with code
+        ``cursor_expired``.
+        """
+        cursor = after
+        while True:
+            filters = {
+                "after": cursor,
+                "dataset": dataset,
+                "limit": str(page_size) if page_size is not None else None,
+            }
+            params = [(k, v) for k, v in filters.items() if v is not None]
+            _, answer = self._call("GET", "/v1/changes", params=params)
+            items = list(answer["items"])
+            for change in items:
+                yield dict(change)
+                cursor = str(change["cursor"])
+            if not items:
+                if not follow:
+                    return
+                time.sleep(poll_interval)
+
     def put_dataset(
         self,
         dataset: str,
@@ -401,10 +441,17 @@ class BatchgateClient:
         max_partitions_per_batch: int | None = None,
         deadline: Mapping[str, Any] | None = None,
         webhook_url: str | None = None,
+        airflow_asset: str | None = None,
+        partition_key: str | None = None,
+        events_url: str | None = None,
     ) -> dict[str, Any]:
         """Replaces a dataset's policy; an argument left out takes its default.
 
         ``deadline`` is ``{"time": "06:00", "days_after_dt": 1}``.
+        ``airflow_asset`` makes each published partition an Airflow asset
+        event with the partition key ``partition_key`` renders (a template
+        over the partition spec's keys, default ``{dt}``); ``events_url``
+        receives every change of the dataset as a CloudEvent.
         """
         fields = {
             "tier": tier,
@@ -418,6 +465,9 @@ class BatchgateClient:
             "max_partitions_per_batch": max_partitions_per_batch,
             "deadline": dict(deadline) if deadline is not None else None,
             "webhook_url": webhook_url,
+            "airflow_asset": airflow_asset,
+            "partition_key": partition_key,
+            "events_url": events_url,
         }
         body = {k: v for k, v in fields.items() if v is not None}
         _, answer = self._call("PUT", f"/v1/datasets/{_segment(dataset)}", json=body, ok=(200, 201))
