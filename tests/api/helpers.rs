@@ -398,6 +398,22 @@ macro_rules! on_both_backends {
     };
 }
 
+/// Scenarios that build their own instance (other settings, several
+/// instances) from a backend: one test per backend, named explicitly.
+#[macro_export]
+macro_rules! per_backend {
+    ($($scenario:ident => $sqlite:ident, $postgres:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $sqlite() {
+            $scenario(Backend::Sqlite).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            $scenario(Backend::Postgres).await;
+        }
+    )*};
+}
+
 impl TestApp {
     /// The service's current time, RFC 3339.
     pub fn clock_now(&self) -> String {

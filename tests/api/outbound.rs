@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{Backend, Receiver, TestApp};
-use crate::on_both_backends;
+use crate::{on_both_backends, per_backend};
 
 on_both_backends!(a_dataset_webhook_outside_the_allow_list_is_refused);
 
@@ -226,19 +226,6 @@ async fn without_the_ca_an_https_webhook_is_not_trusted(backend: Backend) {
         )
         .await;
     assert_eq!(certificate_error, 1);
-}
-
-macro_rules! per_backend {
-    ($($scenario:ident => $sqlite:ident, $postgres:ident;)*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $sqlite() {
-            $scenario(Backend::Sqlite).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $postgres() {
-            $scenario(Backend::Postgres).await;
-        }
-    )*};
 }
 
 per_backend! {

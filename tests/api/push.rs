@@ -18,6 +18,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::helpers::{clean, enc, Backend, Receiver, TestApp};
+use crate::per_backend;
 
 const DT: &str = "2026-08-24";
 const P: &str = "dt=2026-08-24";
@@ -556,19 +557,6 @@ async fn push_policy_fields_are_validated(backend: Backend) {
     let (status, record) = put(json!({"partition_key": "{hour}"})).await;
     assert_eq!(status, StatusCode::OK, "{record}");
     assert!(record["airflow_asset"].is_null());
-}
-
-macro_rules! per_backend {
-    ($($scenario:ident => $sqlite:ident, $postgres:ident;)*) => {$(
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $sqlite() {
-            $scenario(Backend::Sqlite).await;
-        }
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $postgres() {
-            $scenario(Backend::Postgres).await;
-        }
-    )*};
 }
 
 per_backend! {

@@ -9,8 +9,8 @@ processes' environment; the processes run from the test virtualenv's
 from __future__ import annotations
 
 import json
-import secrets
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -44,7 +44,9 @@ class Watchdog:
         self._timer.start()
 
     def _fire(self, seconds: float) -> None:
-        sys.stderr.write(f"\n*** watchdog: the push acceptance test ran over {seconds:.0f} s; killing it\n")
+        sys.stderr.write(
+            f"\n*** watchdog: the push acceptance test ran over {seconds:.0f} s; killing it\n"
+        )
         for pid in self.pids:
             try:
                 os.killpg(pid, signal.SIGKILL)
@@ -96,14 +98,25 @@ class AirflowStack:
             "NO_PROXY": "127.0.0.1,localhost",
             "no_proxy": "127.0.0.1,localhost",
         }
-        for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        for k in (
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ):
             self.env.pop(k, None)
         self.airflow = str(Path(sys.executable).parent / "airflow")
 
     def _spawn(self, name: str, *args: str) -> None:
         log = (self.home / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(
-            [self.airflow, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [self.airflow, *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         if self.watchdog is not None:
             self.watchdog.pids.append(self.procs[name].pid)
@@ -133,20 +146,25 @@ class AirflowStack:
         while True:
             for name, p in self.procs.items():
                 if p.poll() is not None:
-                    raise RuntimeError(f"airflow {name} exited with {p.returncode}:\n{self.log(name)}")
+                    raise RuntimeError(
+                        f"airflow {name} exited with {p.returncode}:\n{self.log(name)}"
+                    )
             try:
                 if requests.get(f"{self.base_url}/api/v2/version", timeout=2).status_code == 200:
                     return
             except requests.RequestException:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"airflow api-server did not answer within {timeout}s:\n{self.log('api-server')}")
+                log = self.log("api-server")
+                raise RuntimeError(f"airflow api-server did not answer within {timeout}s:\n{log}")
             time.sleep(0.5)
 
     def token(self) -> str:
         if self._token is None:
             r = requests.post(
-                f"{self.base_url}/auth/token", json={"username": USER, "password": PASSWORD}, timeout=30
+                f"{self.base_url}/auth/token",
+                json={"username": USER, "password": PASSWORD},
+                timeout=30,
             )
             r.raise_for_status()
             self._token = str(r.json()["access_token"])
@@ -157,7 +175,9 @@ class AirflowStack:
         for attempt in range(3):
             try:
                 headers = {"Authorization": f"Bearer {self.token()}"}
-                r = requests.request(method, f"{self.base_url}{path}", headers=headers, timeout=30, **kw)
+                r = requests.request(
+                    method, f"{self.base_url}{path}", headers=headers, timeout=30, **kw
+                )
                 if r.status_code == 401 and attempt < 2:
                     self._token = None
                     continue

@@ -9,6 +9,7 @@ datasets, so tests do not see each other's batches.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -44,9 +45,12 @@ def _binary() -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def service() -> Iterator[Service]:
-    workdir = Path(tempfile.mkdtemp(prefix="batchgate-py-service-"))
+@contextlib.contextmanager
+def batchgate_service(
+    workdir: Path, flags: list[str], env: dict[str, str]
+) -> Iterator[tuple[Service, subprocess.Popen[bytes]]]:
+    """The binary serving a fresh SQLite registry in ``workdir`` on a free
+    port of 127.0.0.1 with ``flags``, healthy within 30 s; stopped on exit."""
     port = _free_port()
     log = workdir / "service.log"
     with log.open("wb") as out:
@@ -58,12 +62,12 @@ def service() -> Iterator[Service]:
                 f"sqlite://{workdir}/r.db",
                 "--listen",
                 f"127.0.0.1:{port}",
-                "--auth",
-                "required",
+                *flags,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "RUST_LOG": "warn", "BATCHGATE_BOOTSTRAP_TOKEN": TOKEN},
+            env=env,
+            start_new_session=True,
         )
     base_url = f"http://127.0.0.1:{port}"
     try:
@@ -79,7 +83,7 @@ def service() -> Iterator[Service]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"batchgate did not become healthy:\n{log.read_text()}")
             time.sleep(0.05)
-        yield Service(base_url, port, log)
+        yield Service(base_url, port, log), proc
     finally:
         proc.terminate()
         try:
@@ -87,6 +91,14 @@ def service() -> Iterator[Service]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def service() -> Iterator[Service]:
+    workdir = Path(tempfile.mkdtemp(prefix="batchgate-py-service-"))
+    env = {**os.environ, "RUST_LOG": "warn", "BATCHGATE_BOOTSTRAP_TOKEN": TOKEN}
+    with batchgate_service(workdir, ["--auth", "required"], env) as (svc, _):
+        yield svc
 
 
 @pytest.fixture

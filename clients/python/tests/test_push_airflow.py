@@ -18,7 +18,6 @@ bounded.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,8 +28,8 @@ import requests
 
 from batchgate import BatchgateClient, ChecksFailed
 
-from .airflow_stack import PASSWORD, USER, AirflowStack, Watchdog, free_port
-from .conftest import _binary
+from .airflow_stack import PASSWORD, USER, AirflowStack, Watchdog
+from .conftest import batchgate_service
 from .helpers import MARKER, bad, good
 
 ASSET = "bg_push.order_detail"
@@ -71,7 +70,10 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, watchdog: Watchdog) -> Ite
     stack = AirflowStack(tmp_path_factory.mktemp("airflow"), ASSET, watchdog)
     try:
         stack.start()
-        wait_for(f"DAG {DAG} to be parsed", lambda: stack.api("GET", f"/api/v2/dags/{DAG}").status_code == 200)
+        wait_for(
+            f"DAG {DAG} to be parsed",
+            lambda: stack.api("GET", f"/api/v2/dags/{DAG}").status_code == 200,
+        )
         r = stack.api("PATCH", f"/api/v2/dags/{DAG}", json={"is_paused": False})
         assert r.status_code == 200, r.text
         yield stack
@@ -84,63 +86,29 @@ def airflow(tmp_path_factory: pytest.TempPathFactory, watchdog: Watchdog) -> Ite
 
 
 @pytest.fixture(scope="module")
-def pusher(airflow: AirflowStack, tmp_path_factory: pytest.TempPathFactory, watchdog: Watchdog) -> Iterator[Pusher]:
-    work = tmp_path_factory.mktemp("batchgate-push")
-    port = free_port()
-    log = work / "service.log"
+def pusher(
+    airflow: AirflowStack, tmp_path_factory: pytest.TempPathFactory, watchdog: Watchdog
+) -> Iterator[Pusher]:
+    flags = [
+        "--scan-interval",
+        "500ms",
+        "--webhook-backoff",
+        "1s",
+        "--airflow-url",
+        airflow.base_url,
+    ]
+    flags += ["--airflow-username", USER, "--airflow-password", PASSWORD]
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHGATE_")}
     env.update({"RUST_LOG": "info,sqlx=warn", "NO_PROXY": "127.0.0.1,localhost"})
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(_binary()),
-                "serve",
-                "--db",
-                f"sqlite://{work}/r.db",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--scan-interval",
-                "500ms",
-                "--webhook-backoff",
-                "1s",
-                "--airflow-url",
-                airflow.base_url,
-                "--airflow-username",
-                USER,
-                "--airflow-password",
-                PASSWORD,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    watchdog.pids.append(proc.pid)
-    base_url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for("batchgate to answer", lambda: _healthy(base_url, proc, log), timeout=30)
-        with BatchgateClient(base_url, timeout=10) as client:
-            client.put_dataset(DATASET, airflow_asset=ASSET)
-            yield Pusher(client, base_url, log)
-    except BaseException:
-        print(f"--- batchgate log ---\n{log.read_text()[-6000:]}")
-        raise
-    finally:
-        proc.terminate()
+    with batchgate_service(tmp_path_factory.mktemp("batchgate-push"), flags, env) as (svc, proc):
+        watchdog.pids.append(proc.pid)
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _healthy(base_url: str, proc: subprocess.Popen, log: Path) -> bool:
-    if proc.poll() is not None:
-        raise RuntimeError(f"batchgate exited with {proc.returncode}:\n{log.read_text()}")
-    try:
-        return requests.get(f"{base_url}/healthz", timeout=1).status_code == 200
-    except requests.RequestException:
-        return False
+            with BatchgateClient(svc.base_url, timeout=10) as client:
+                client.put_dataset(DATASET, airflow_asset=ASSET)
+                yield Pusher(client, svc.base_url, svc.log)
+        except BaseException:
+            print(f"--- batchgate log ---\n{svc.log.read_text()[-6000:]}")
+            raise
 
 
 def runs(airflow: AirflowStack, key: str) -> list[dict[str, Any]]:
@@ -152,7 +120,9 @@ def runs(airflow: AirflowStack, key: str) -> list[dict[str, Any]]:
 def asset_events(airflow: AirflowStack, key: str) -> list[dict[str, Any]]:
     assets = airflow.api("GET", "/api/v2/assets", params={"name_pattern": ASSET}).json()["assets"]
     (asset_id,) = [a["id"] for a in assets if a["name"] == ASSET]
-    r = airflow.api("GET", "/api/v2/assets/events", params={"asset_id": asset_id, "order_by": "timestamp"})
+    r = airflow.api(
+        "GET", "/api/v2/assets/events", params={"asset_id": asset_id, "order_by": "timestamp"}
+    )
     assert r.status_code == 200, r.text
     return [e for e in r.json()["asset_events"] if e.get("partition_key") == key]
 
@@ -173,7 +143,9 @@ def test_1_a_publish_schedules_one_run_and_a_running_or_rejected_batch_none(
     with pytest.raises(ChecksFailed):
         client.commit(running.batch_id, bad(f"dt={KEY}"), marker=MARKER)
     time.sleep(QUIET)
-    assert runs(airflow, KEY) == [] and asset_events(airflow, KEY) == [], "nothing after a rejection"
+    assert runs(airflow, KEY) == [] and asset_events(airflow, KEY) == [], (
+        "nothing after a rejection"
+    )
 
     batch_id = publish(client, KEY, 100)
     (run,) = wait_for("a run for 2026-08-24", lambda: runs(airflow, KEY))
@@ -186,7 +158,9 @@ def test_1_a_publish_schedules_one_run_and_a_running_or_rejected_batch_none(
     assert len(runs(airflow, KEY)) == 1, "exactly one run"
 
 
-def test_2_a_restatement_schedules_a_second_run_whose_extra_says_so(airflow: AirflowStack, pusher: Pusher) -> None:
+def test_2_a_restatement_schedules_a_second_run_whose_extra_says_so(
+    airflow: AirflowStack, pusher: Pusher
+) -> None:
     batch_id = publish(pusher.client, KEY, 120)
     wait_for("a second run for 2026-08-24", lambda: len(runs(airflow, KEY)) == 2)
     events = asset_events(airflow, KEY)
@@ -194,18 +168,28 @@ def test_2_a_restatement_schedules_a_second_run_whose_extra_says_so(airflow: Air
     extra = events[-1]["extra"]
     assert extra["batch_id"] == batch_id
     assert (extra["restatement"], extra["version"]) == (True, 2)
-    assert (extra["superseded_version"], extra["superseded_row_count"], extra["row_count"]) == (1, 100, 120)
+    assert (extra["superseded_version"], extra["superseded_row_count"], extra["row_count"]) == (
+        1,
+        100,
+        120,
+    )
     time.sleep(QUIET)
     assert len(runs(airflow, KEY)) == 2
 
 
-def test_3_with_the_api_server_down_during_the_publish_exactly_one_run(airflow: AirflowStack, pusher: Pusher) -> None:
+def test_3_with_the_api_server_down_during_the_publish_exactly_one_run(
+    airflow: AirflowStack, pusher: Pusher
+) -> None:
     key = "2026-08-25"
     airflow.stop_api()
     batch_id = publish(pusher.client, key, 80)
 
     def failed_attempt() -> bool:
-        answer = requests.get(f"{pusher.base_url}/v1/deliveries", params={"target": "airflow", "state": "pending"}, timeout=5)
+        answer = requests.get(
+            f"{pusher.base_url}/v1/deliveries",
+            params={"target": "airflow", "state": "pending"},
+            timeout=5,
+        )
         items = answer.json()["items"]
         return any(d["attempts"] >= 1 and d["partition"] == f"dt={key}" for d in items)
 
@@ -218,5 +202,9 @@ def test_3_with_the_api_server_down_during_the_publish_exactly_one_run(airflow: 
     assert len(runs(airflow, key)) == 1, "exactly one run"
     events = asset_events(airflow, key)
     assert [e["extra"]["batch_id"] for e in events] == [batch_id]
-    sent = requests.get(f"{pusher.base_url}/v1/deliveries", params={"target": "airflow", "state": "delivered"}, timeout=5)
+    sent = requests.get(
+        f"{pusher.base_url}/v1/deliveries",
+        params={"target": "airflow", "state": "delivered"},
+        timeout=5,
+    )
     assert any(d["partition"] == f"dt={key}" and d["attempts"] >= 2 for d in sent.json()["items"])
