@@ -95,7 +95,7 @@ on_both_backends!(commit_path_lineage_statements_seek_indexes);
 /// The registry's tables that grow with it: no statement of the start,
 /// commit and fail path may read one of them whole.
 const GROWING: &str = "'batches', 'task_produce_log', 'partitions', 'batch_inputs', 'batch_events', 'changes', \
-     'alerts', 'audit', 'task_seq', 'webhook_outbox'";
+     'alerts', 'audit', 'task_seq', 'outbox'";
 
 /// Sequential scans of each growing table so far, once every other session
 /// of the database has ended (a session hands its counters over at exit;
