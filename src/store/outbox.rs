@@ -47,7 +47,8 @@ pub struct OutboxItem {
 
 impl OutboxItem {
     pub fn target(&self) -> Target {
-        super::records::parse_col(&self.target)
+        // The database only holds targets this build wrote.
+        self.target.parse().unwrap_or_else(|e| panic!("outbox row {}: {e}", self.id))
     }
 
     /// Whether a sender took this delivery before (its outcome may be unknown).
@@ -349,7 +350,7 @@ impl SqlStore {
             dt: None,
             partitions: partition.map(str::to_owned).into_iter().collect(),
             batch_id: None,
-            stage: Some("push".into()),
+            stage: None,
             category: None,
             failing_checks: json!([]),
             owner: policy.owner.clone(),
