@@ -181,6 +181,11 @@ class AirflowStack:
                 if r.status_code == 401 and attempt < 2:
                     self._token = None
                     continue
+                # Airflow's own metadata database (SQLite here) can be busy while
+                # the scheduler writes: a read answered 500 is asked again.
+                if method == "GET" and r.status_code >= 500 and attempt < 2:
+                    time.sleep(1)
+                    continue
                 return r
             except requests.RequestException:
                 if attempt == 2:
