@@ -1,6 +1,9 @@
 """Every request field of the API is a parameter of the client method that
 sends it: a field added to ``openapi/openapi.json`` fails this test until
-the client takes it."""
+the client takes it. Every closed set of values the client declares is the
+spec's enum of the same name, and each docstring that lists one lists all of
+it. (Response bodies are checked against the spec in every test that talks
+to the service: ``response_check.py``.)"""
 
 from __future__ import annotations
 
@@ -8,10 +11,12 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from batchgate import BatchgateClient
-from batchgate.models import NOT_READY_REASONS, Readiness
+import pytest
 
-from .parity import request_fields, schema
+from batchgate import BatchFailed, BatchgateClient, models
+from batchgate.models import NOT_READY_REASONS, BatchRecord, CheckResult, Event, Readiness
+
+from .parity import SPEC_PATH, request_fields, schema
 
 #: The method that sends each operation; OpenLineage events are posted by
 #: OpenLineage producers, not through this client.
@@ -48,9 +53,61 @@ def test_every_request_field_is_a_client_parameter() -> None:
     assert checked > 30
 
 
-def test_the_not_ready_reasons_are_the_spec_s() -> None:
-    reasons = schema("NotReadyReason")["enum"]
-    assert list(NOT_READY_REASONS) == reasons
-    doc = " ".join((Readiness.__doc__ or "").split())
-    for reason in reasons:
-        assert f"``{reason}``" in doc, f"Readiness's docstring does not name {reason}"
+#: Each value set of ``batchgate.models`` and the spec's enum it is.
+ENUMS: dict[str, tuple[str, ...]] = {
+    "BatchState": models.BATCH_STATES,
+    "CheckName": models.CHECK_NAMES,
+    "CheckStatus": models.CHECK_STATUSES,
+    "EventKind": models.EVENT_KINDS,
+    "FailStage": models.FAIL_STAGES,
+    "FailCategory": models.FAIL_CATEGORIES,
+    "Trigger": models.TRIGGERS,
+    "ChangeKind": models.CHANGE_KINDS,
+    "RepairActionName": models.REPAIR_ACTIONS,
+    "RepairState": models.REPAIR_STATES,
+    "NotReadyReason": NOT_READY_REASONS,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENUMS))
+def test_each_value_set_of_the_models_is_the_spec_s_enum(name: str) -> None:
+    assert list(ENUMS[name]) == schema(name)["enum"]
+
+
+def test_every_enum_of_the_models_is_listed_here() -> None:
+    declared = {n for n, v in vars(models).items() if n.isupper() and isinstance(v, tuple)}
+    checked = {n for n, v in vars(models).items() if any(v is t for t in ENUMS.values())}
+    assert declared == checked, f"not checked against the spec: {sorted(declared - checked)}"
+
+
+#: Docstrings (and the README) that list every value of an enum.
+DOCUMENTED: list[tuple[str, str, str]] = [
+    (f.__qualname__, f.__doc__ or "", enum)
+    for f, enum in [
+        (Readiness, "NotReadyReason"),
+        (BatchRecord, "BatchState"),
+        (CheckResult, "CheckStatus"),
+        (Event, "EventKind"),
+        (BatchgateClient.fail, "FailStage"),
+        (BatchgateClient.fail, "FailCategory"),
+        (BatchFailed, "FailStage"),
+        (BatchFailed, "FailCategory"),
+        (BatchgateClient.create_repair, "RepairActionName"),
+        (BatchgateClient.get_repair, "RepairState"),
+        (BatchgateClient.changes, "ChangeKind"),
+    ]
+]
+README = (SPEC_PATH.parents[1] / "clients" / "python" / "README.md").read_text()
+
+
+DOCUMENTED += [("README", README, "NotReadyReason"), ("README", README, "ChangeKind")]
+
+
+@pytest.mark.parametrize(
+    "where, text, enum", DOCUMENTED, ids=[f"{where}-{enum}" for where, _, enum in DOCUMENTED]
+)
+def test_a_docstring_that_lists_an_enum_names_every_value(where: str, text: str, enum: str) -> None:
+    text = " ".join(text.split())
+    quote = "`" if where == "README" else "``"
+    missing = [v for v in schema(enum)["enum"] if f"{quote}{v}{quote}" not in text]
+    assert not missing, f"{where} lists {enum} without {missing}"

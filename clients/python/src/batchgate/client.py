@@ -204,12 +204,14 @@ class BatchgateClient:
         category: str | None = None,
         message: str | None = None,
     ) -> BatchRecord:
-        """Reports that a batch failed at ``stage`` (``read``, ``compute``, ``write``, ``verify``).
+        """Reports that a batch failed at ``stage`` (``read``, ``compute``, ``write``, ``verify``:
+        :data:`~batchgate.models.FAIL_STAGES`).
 
         ``category`` is ``resource``, ``data``, ``logic``, ``partial_write`` or
-        ``unknown`` (the default). A failure at ``read``/``compute`` leaves the
-        earlier version ready; at ``write``/``verify`` the partitions are not
-        ready until a later batch publishes.
+        ``unknown`` (the default; :data:`~batchgate.models.FAIL_CATEGORIES`). A
+        failure at ``read``/``compute`` leaves the earlier version ready; at
+        ``write``/``verify`` the partitions are not ready until a later batch
+        publishes.
         """
         body: dict[str, Any] = {"stage": stage}
         if category is not None:
@@ -346,8 +348,9 @@ class BatchgateClient:
     def create_repair(
         self, dataset: str, partitions: Sequence[str], action: str, reason: str
     ) -> dict[str, Any]:
-        """Plans a repair (``action`` ``rebuild``, ``resume`` or ``compensate``); returns the
-        plan with its ``id``. Start the repairing batches with ``repair_id=plan["id"]``."""
+        """Plans a repair (``action`` ``rebuild``, ``resume`` or ``compensate``:
+        :data:`~batchgate.models.REPAIR_ACTIONS`); returns the plan with its ``id``.
+        Start the repairing batches with ``repair_id=plan["id"]``."""
         body = {
             "dataset": dataset,
             "partitions": list(partitions),
@@ -359,7 +362,7 @@ class BatchgateClient:
 
     def get_repair(self, repair_id: int) -> dict[str, Any]:
         """A repair plan with its progress; ``state`` is ``planned``, ``in_progress`` or
-        ``complete``."""
+        ``complete`` (:data:`~batchgate.models.REPAIR_STATES`)."""
         _, answer = self._call("GET", f"/v1/repairs/{int(repair_id)}")
         return dict(answer)
 
@@ -396,7 +399,8 @@ class BatchgateClient:
         poll_interval: float = 5.0,
     ) -> Iterator[dict[str, Any]]:
         """Iterates the change feed (``published``, ``restated``,
-        ``invalidated``, ``stale``, ``fresh_again``) in commit order, from the
+        ``invalidated``, ``stale``, ``fresh_again``:
+        :data:`~batchgate.models.CHANGE_KINDS`) in commit order, from the
         change after cursor ``after`` (from the start without it), a page at a
         time.
 

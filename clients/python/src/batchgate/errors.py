@@ -116,9 +116,10 @@ class BatchFailed(Exception):
     """Raise inside ``client.batch(...)`` to report a failure with its stage and category.
 
     ``stage`` is where the task stopped (``read``, ``compute``, ``write``,
-    ``verify``): a failure at ``read``/``compute`` wrote nothing and leaves the
-    earlier version ready. ``category`` is ``resource``, ``data``, ``logic``,
-    ``partial_write`` or ``unknown``.
+    ``verify``: :data:`~batchgate.models.FAIL_STAGES`): a failure at
+    ``read``/``compute`` wrote nothing and leaves the earlier version ready.
+    ``category`` is ``resource``, ``data``, ``logic``, ``partial_write`` or
+    ``unknown`` (:data:`~batchgate.models.FAIL_CATEGORIES`).
     """
 
     def __init__(self, message: str, *, stage: str = "write", category: str = "unknown") -> None:

@@ -4,13 +4,90 @@ Results are frozen dataclasses built from the response body; each keeps the
 body it came from in ``raw`` (``body`` for readiness), so fields the service
 adds later are not lost. Timestamps stay RFC 3339 strings as the service
 sends them; data dates are ``YYYY-MM-DD`` strings.
+
+The closed sets of values the service answers with (a batch's state, a
+check's status, why ``/ready`` says not ready, …) are ``Literal`` types here,
+each with a tuple of its values; each is the enum of the same name in the
+service's OpenAPI document (the tests check that they agree, in order).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict, get_args
+
+#: Where a batch is in its life (the spec's ``BatchState``).
+BatchState = Literal["running", "published", "rejected", "failed", "abandoned", "superseded"]
+BATCH_STATES: tuple[BatchState, ...] = get_args(BatchState)
+
+#: A commit check's outcome (``CheckStatus``): ``fail`` only when it blocks.
+CheckStatus = Literal["pass", "warn", "fail", "skipped"]
+CHECK_STATUSES: tuple[CheckStatus, ...] = get_args(CheckStatus)
+
+#: The commit checks, in the order they run (``CheckName``).
+CheckName = Literal[
+    "marker_present",
+    "partitions_complete",
+    "rows_match_written",
+    "unique_keys",
+    "null_keys",
+    "non_empty",
+    "volume_vs_baseline",
+    "source_reconciliation",
+]
+CHECK_NAMES: tuple[CheckName, ...] = get_args(CheckName)
+
+#: What happened to a batch, as its history lists it (``EventKind``).
+EventKind = Literal[
+    "started",
+    "heartbeat",
+    "written",
+    "committed",
+    "failed",
+    "abandoned",
+    "superseded",
+    "fail_after_publish",
+]
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
+
+#: Where a failing task stopped (``FailStage``).
+FailStage = Literal["read", "compute", "write", "verify"]
+FAIL_STAGES: tuple[FailStage, ...] = get_args(FailStage)
+
+#: What kind of failure a task reports (``FailCategory``).
+FailCategory = Literal["resource", "data", "logic", "partial_write", "unknown"]
+FAIL_CATEGORIES: tuple[FailCategory, ...] = get_args(FailCategory)
+
+#: Why a batch ran (``Trigger``).
+Trigger = Literal["scheduled", "retry", "backfill", "repair", "manual"]
+TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
+
+#: A readiness change, as the change feed lists it (``ChangeKind``).
+ChangeKind = Literal["published", "restated", "invalidated", "stale", "fresh_again"]
+CHANGE_KINDS: tuple[ChangeKind, ...] = get_args(ChangeKind)
+
+#: What a repair does (``RepairActionName``).
+RepairAction = Literal["rebuild", "resume", "compensate"]
+REPAIR_ACTIONS: tuple[RepairAction, ...] = get_args(RepairAction)
+
+#: Where a repair plan is (``RepairState``).
+RepairState = Literal["planned", "in_progress", "complete"]
+REPAIR_STATES: tuple[RepairState, ...] = get_args(RepairState)
+
+#: Why ``/ready`` says not ready (``NotReadyReason``).
+NotReadyReason = Literal[
+    "no_batch",
+    "running",
+    "rejected",
+    "failed",
+    "abandoned",
+    "invalidated",
+    "stale_upstream",
+    "unavailable",
+    "shutting_down",
+]
+NOT_READY_REASONS: tuple[NotReadyReason, ...] = get_args(NotReadyReason)
 
 
 class _PartitionStatsRequired(TypedDict):
@@ -39,7 +116,7 @@ class Residue:
     """An earlier attempt that may have left rows behind: delete them before writing."""
 
     batch_id: str
-    state: str
+    state: BatchState
     partitions: list[str]
 
     @classmethod
@@ -53,7 +130,7 @@ class StartedBatch:
 
     batch_id: str
     seq: int
-    state: str
+    state: BatchState
     lease_expires_at: str
     residue: list[Residue]
     raw: dict[str, Any] = field(repr=False, compare=False)
@@ -75,7 +152,7 @@ class Lease:
     """A running batch's lease after a heartbeat."""
 
     batch_id: str
-    state: str
+    state: BatchState
     lease_expires_at: str
 
     @classmethod
@@ -85,10 +162,11 @@ class Lease:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One commit check's outcome; ``status`` is ``pass``, ``warn``, ``fail`` or ``skipped``."""
+    """One commit check's outcome; ``status`` is one of :data:`CHECK_STATUSES`
+    (``pass``, ``warn``, ``fail`` or ``skipped``)."""
 
-    name: str
-    status: str
+    name: CheckName
+    status: CheckStatus
     partition: str | None
     observed: Any
     expected: Any
@@ -113,7 +191,7 @@ class BatchPartition:
     """One partition of a batch, with what the batch reported for it."""
 
     partition: str
-    status: str
+    status: BatchState
     rows_written: int | None
     row_count: int | None
     distinct_keys: int | None
@@ -141,8 +219,8 @@ class BatchPartition:
 class Failure:
     """What a failed batch reported."""
 
-    stage: str
-    category: str | None
+    stage: FailStage
+    category: FailCategory | None
     message: str | None
 
     @classmethod
@@ -152,9 +230,11 @@ class Failure:
 
 @dataclass(frozen=True)
 class Event:
-    """One entry of a batch's history (``started``, ``heartbeat``, ``committed``, …)."""
+    """One entry of a batch's history: ``kind`` is one of :data:`EVENT_KINDS`
+    (``started``, ``heartbeat``, ``written``, ``committed``, ``failed``,
+    ``abandoned``, ``superseded``, ``fail_after_publish``)."""
 
-    kind: str
+    kind: EventKind
     at: str
     detail: Any
 
@@ -167,8 +247,9 @@ class Event:
 class BatchRecord:
     """A batch: its request, state, partitions, checks and (read one at a time) events.
 
-    ``state`` is ``running``, ``published``, ``rejected``, ``failed``,
-    ``abandoned`` or ``superseded``. ``events`` is ``None`` in listings.
+    ``state`` is one of :data:`BATCH_STATES` (``running``, ``published``,
+    ``rejected``, ``failed``, ``abandoned`` or ``superseded``); ``trigger`` one
+    of :data:`TRIGGERS`. ``events`` is ``None`` in listings.
     """
 
     batch_id: str
@@ -176,8 +257,8 @@ class BatchRecord:
     dataset: str
     dt: str
     seq: int
-    state: str
-    trigger: str
+    state: BatchState
+    trigger: Trigger
     run_ref: str | None
     scope: dict[str, Any] | None
     lease_seconds: int
@@ -228,21 +309,6 @@ class BatchPage:
     next_cursor: str | None
 
 
-#: Why ``/ready`` says not ready: the ``NotReadyReason`` enum of the service's
-#: OpenAPI document (the tests check that the two agree).
-NOT_READY_REASONS: tuple[str, ...] = (
-    "no_batch",
-    "running",
-    "rejected",
-    "failed",
-    "abandoned",
-    "invalidated",
-    "stale_upstream",
-    "unavailable",
-    "shutting_down",
-)
-
-
 @dataclass(frozen=True)
 class Readiness:
     """An answer of ``/ready``.
@@ -257,7 +323,7 @@ class Readiness:
     """
 
     ready: bool
-    reason: str | None
+    reason: NotReadyReason | None
     dataset: str | None
     partition: str | None
     batch_id: str | None
