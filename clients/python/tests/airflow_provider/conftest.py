@@ -8,6 +8,10 @@ on the main thread and the test asserts the run's state (``dag.test()`` does
 not raise when a task fails). ``dag.test()`` runs a deferred task's trigger
 inline and does not apply the sensor's timeout to it, so each run has its own
 watchdog.
+
+The deferrable trigger's own ``aiohttp`` session gets the response-schema
+check too (``response_check.CHECK`` as an ``aiohttp`` client middleware), as
+the client's ``requests`` sessions do in the top ``conftest.py``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 import pytest
 
 from ..helpers import DT, TOKEN, Service, later
+from ..response_check import CHECK
 from .lineage_recorder import LineageRecorder
 
 HOME = Path(tempfile.mkdtemp(prefix="batchgate-airflow-"))
@@ -72,6 +77,31 @@ os.environ.update(
 )
 
 from airflow.sdk import DAG  # noqa: E402  (configuration first)
+
+from batchgate.airflow import triggers  # noqa: E402
+
+
+class _CheckedAiohttp:
+    """``aiohttp`` as the trigger sees it, with ``CHECK`` on every session it opens."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def ClientSession(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 (aiohttp's name)
+        middlewares = (*kwargs.pop("middlewares", ()), CHECK.aiohttp_middleware)
+        return self._real.ClientSession(*args, middlewares=middlewares, **kwargs)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _check_trigger_responses() -> Iterator[None]:
+    assert triggers.aiohttp is not None, "the Airflow test environment ships aiohttp"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(triggers, "aiohttp", _CheckedAiohttp(triggers.aiohttp))
+        yield
+
 
 #: The logical date of every test run: ``{{ ds }}`` is the helpers' ``DT``.
 LOGICAL_DATE = datetime.fromisoformat(DT).replace(tzinfo=timezone.utc)
