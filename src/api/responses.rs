@@ -418,8 +418,7 @@ pub struct NotReadyResponse {
     /// With `stale_upstream`: the upstream partition, the version the data was
     /// built on, the current one, and the cause (`restated`, `invalidated`, `stale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub upstream: Option<Value>,
+    pub upstream: Option<crate::domain::staleness::Staleness>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalidated_reason: Option<String>,
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::names::PartitionSpec;
@@ -61,7 +61,7 @@ string_enum! {
 
 /// `fail` only when the check failed and blocks under the dataset's tier; a
 /// failing non-blocking check is `warn`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckStatus {
     Pass,
@@ -71,7 +71,7 @@ pub enum CheckStatus {
 }
 
 /// One check's outcome, as the API reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CheckResult {
     pub name: CheckName,
     /// The partition checked; absent for batch-wide checks (`marker_present`,

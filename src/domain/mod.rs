@@ -13,3 +13,4 @@ pub mod push;
 pub mod readiness;
 pub mod repair;
 pub mod retry;
+pub mod staleness;

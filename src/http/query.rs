@@ -73,8 +73,8 @@ impl Params {
 }
 
 /// Cursors are opaque to clients: URL-safe base64 of the keyset position.
-pub fn encode_cursor(position: &serde_json::Value) -> String {
-    URL_SAFE_NO_PAD.encode(position.to_string())
+pub fn encode_cursor<T: serde::Serialize>(position: &T) -> String {
+    URL_SAFE_NO_PAD.encode(serde_json::to_string(position).expect("a keyset position serialises"))
 }
 
 pub fn decode_cursor<T: serde::de::DeserializeOwned>(cursor: &str) -> Result<T> {

@@ -28,7 +28,7 @@ pub fn router() -> Router<AppState> {
     summary = "Plan a repair",
     request_body = crate::api::RepairRequest,
     responses(
-        (status = 201, description = "The plan.", body = crate::api::schemas::RepairPlan),
+        (status = 201, description = "The plan.", body = crate::domain::repair::RepairPlan),
         (status = 400, response = crate::api::BadRequest),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
@@ -81,7 +81,7 @@ async fn create(State(app): State<AppState>, body: AppJson<RepairRequest>) -> Re
         ("id" = i64, Path),
     ),
     responses(
-        (status = 200, description = "The plan and `progress`.", body = crate::api::schemas::RepairPlan),
+        (status = 200, description = "The plan and `progress`.", body = crate::domain::repair::RepairPlan),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),
         (status = 404, description = "`repair_not_found`.", body = crate::api::ErrorBody),

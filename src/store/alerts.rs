@@ -3,8 +3,8 @@
 //! an alert is never lost between the registry and the webhook.
 
 use chrono::{DateTime, NaiveDate, Utc};
-use serde::Serialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sqlx::types::Json;
 
 use super::db::{args, Conn};
@@ -13,7 +13,9 @@ use super::records::BatchRow;
 use super::records::{fitness_of, load_partition};
 use crate::domain::alerts::{severity, Action, Advice, AlertKind, AlertState, Severity};
 use crate::domain::batch::{FailCategory, FailStage};
+use crate::domain::checks::CheckResult;
 use crate::domain::policy::DatasetPolicy;
+use crate::domain::readiness::Fitness;
 use crate::error::Result;
 
 /// An alert about to be raised.
@@ -30,6 +32,8 @@ pub(super) struct NewAlert {
     pub batch_id: Option<String>,
     pub stage: Option<FailStage>,
     pub category: Option<FailCategory>,
+    /// The failed checks of a rejection (`Vec<CheckResult>` as JSON): still a
+    /// `Value` because `decide.rs` builds it; read back typed in [`AlertRecord`].
     pub failing_checks: Value,
     pub owner: Option<String>,
     pub action: Action,
@@ -58,7 +62,7 @@ impl NewAlert {
             batch_id: Some(b.batch_id.clone()),
             stage: None,
             category: None,
-            failing_checks: json!([]),
+            failing_checks: Value::Array(Vec::new()),
             owner: policy.owner.clone(),
             action: advice.action,
             retryable: advice.retryable,
@@ -91,16 +95,26 @@ pub struct AlertRecord {
     pub batch_id: Option<String>,
     pub stage: Option<FailStage>,
     pub category: Option<FailCategory>,
-    #[schema(value_type = Vec<crate::domain::checks::CheckResult>)]
-    pub failing_checks: Json<Value>,
-    #[schema(value_type = Vec<Object>)]
-    pub downstream: Json<Value>,
+    #[schema(value_type = Vec<CheckResult>)]
+    pub failing_checks: Json<Vec<CheckResult>>,
+    /// Every partition built on these, transitively, with its fitness when the alert was raised.
+    #[schema(value_type = Vec<AffectedPartition>)]
+    pub downstream: Json<Vec<AffectedPartition>>,
     pub owner: Option<String>,
     pub recommended_action: Action,
     pub retryable: bool,
     pub message: String,
     pub raised_at: DateTime<Utc>,
     pub resolved_at: Option<DateTime<Utc>>,
+}
+
+/// A partition downstream of an alert's partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AffectedPartition {
+    pub dataset: String,
+    pub partition: String,
+    /// Its fitness when the alert was raised.
+    pub state: Fitness,
 }
 
 /// Raises an alert unless one with the same key exists, and queues it for
@@ -122,7 +136,7 @@ pub(super) async fn raise(
     for p in &a.partitions {
         let graph = walk(c, &a.dataset, p, Direction::Downstream, DOWNSTREAM_DEPTH).await?;
         for n in graph.nodes.into_iter().skip(1) {
-            let entry = json!({"dataset": n.dataset, "partition": n.partition, "state": n.state});
+            let entry = AffectedPartition { dataset: n.dataset, partition: n.partition, state: n.state };
             if !downstream.contains(&entry) {
                 downstream.push(entry);
             }
@@ -138,12 +152,12 @@ pub(super) async fn raise(
                 a.task,
                 &a.dataset,
                 a.dt,
-                json!(a.partitions),
+                Json(&a.partitions),
                 a.batch_id,
                 a.stage,
                 a.category,
                 a.failing_checks,
-                json!(downstream),
+                Json(&downstream),
                 a.owner,
                 a.action,
                 a.retryable,

@@ -5,12 +5,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, Utc};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::db::{args, Conn, Tx};
-use super::lineage;
+use super::events;
+use super::lineage::{self, UnreadyInput};
 use super::records::{BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue, DATASET_COLUMNS};
 use super::{Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
@@ -19,7 +21,7 @@ use crate::domain::batch::{leaves_residue, touches_table, BatchState, EventKind,
 use crate::domain::names::BatchId;
 use crate::domain::policy::{DatasetPolicy, WriteMode};
 use crate::domain::readiness::{partition_state, PartitionState};
-use crate::domain::retry::{self, RetryAdvice};
+use crate::domain::retry;
 use crate::error::{Error, Result};
 use crate::telemetry::{Decided, Outcome};
 
@@ -56,14 +58,57 @@ pub(super) async fn event(
     batch_id: &str,
     kind: EventKind,
     at: DateTime<Utc>,
-    detail: Value,
+    detail: impl serde::Serialize,
 ) -> Result<()> {
     c.exec(
         "INSERT INTO batch_events (batch_id, kind, at, detail) VALUES ($1, $2, $3, $4)",
-        args![batch_id, kind, at, detail],
+        args![batch_id, kind, at, Json(detail)],
     )
     .await?;
     Ok(())
+}
+
+/// An error's `details` from its typed form.
+pub(super) fn to_details(details: impl Serialize) -> Result<Value> {
+    Ok(serde_json::to_value(details).map_err(anyhow::Error::from)?)
+}
+
+/// `details` of `upstream_not_ready`.
+#[derive(Serialize)]
+struct UnreadyInputs<'a> {
+    inputs: &'a [UnreadyInput],
+}
+
+/// A running batch that holds partitions a start names.
+#[derive(Serialize)]
+struct Running<'a> {
+    batch_id: &'a str,
+    partitions: &'a [String],
+    lease_expires_at: DateTime<Utc>,
+}
+
+/// `details` of `batch_in_progress`: the first running batch, and all of them.
+#[derive(Serialize)]
+struct InProgress<'a> {
+    batch_id: &'a str,
+    partitions: &'a [String],
+    lease_expires_at: DateTime<Utc>,
+    running: Vec<Running<'a>>,
+}
+
+/// `details` of `batch_not_running` to a heartbeat.
+#[derive(Serialize)]
+struct NotRunning<'a> {
+    batch_id: &'a str,
+    state: BatchState,
+    superseded_by: Option<&'a str>,
+}
+
+/// `details` naming a batch and its state.
+#[derive(Serialize)]
+pub(super) struct BatchAndState<'a> {
+    pub batch_id: &'a str,
+    pub state: BatchState,
 }
 
 pub(super) fn not_found(batch_id: &str) -> Error {
@@ -164,13 +209,12 @@ impl SqlStore {
                         format!("Idempotency-Key {key:?} was used for batch {} with a different request", b.batch_id),
                     ));
                 }
-                let started: Option<(Option<Json<Value>>,)> = c
+                let started: Option<(Option<Json<events::Started>>,)> = c
                     .opt("SELECT detail FROM batch_events WHERE batch_id = $1 AND kind = 'started'", args![&b.batch_id])
                     .await?;
-                let detail = started.and_then(|(d,)| d).map(|d| d.0).unwrap_or_default();
-                let residue = serde_json::from_value::<Vec<Residue>>(detail["residue"].clone()).unwrap_or_default();
-                let retry = serde_json::from_value::<RetryAdvice>(detail["retry"].clone())
-                    .map_err(|e| anyhow::anyhow!("started event of {} lacks its retry advice: {e}", b.batch_id))?;
+                let Json(events::Started { residue, retry, .. }) = started.and_then(|(d,)| d).ok_or_else(|| {
+                    anyhow::anyhow!("batch {} has no started event with its retry advice", b.batch_id)
+                })?;
                 let inputs = lineage::inputs_of(&mut c, &b.batch_id).await?;
                 return Ok(Started {
                     inputs,
@@ -211,7 +255,7 @@ impl SqlStore {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                json!({"inputs": unready}),
+                to_details(UnreadyInputs { inputs: &unready })?,
             ));
         }
 
@@ -248,12 +292,19 @@ impl SqlStore {
                     parts.join(", "),
                     b.lease_expires_at.to_rfc3339()
                 ),
-                json!({
-                    "batch_id": id,
-                    "partitions": parts,
-                    "lease_expires_at": b.lease_expires_at,
-                    "running": blocking.iter().map(|(id, (b, ps))| json!({"batch_id": id, "partitions": ps, "lease_expires_at": b.lease_expires_at})).collect::<Vec<_>>(),
-                }),
+                to_details(InProgress {
+                    batch_id: id,
+                    partitions: parts,
+                    lease_expires_at: b.lease_expires_at,
+                    running: blocking
+                        .iter()
+                        .map(|(id, (b, ps))| Running {
+                            batch_id: id,
+                            partitions: ps,
+                            lease_expires_at: b.lease_expires_at,
+                        })
+                        .collect(),
+                })?,
             ));
         }
 
@@ -329,8 +380,14 @@ impl SqlStore {
             &batch_id,
             EventKind::Started,
             now,
-            json!({"trigger": req.trigger, "run_ref": req.run_ref, "lease_expires_at": lease_expires_at, "residue": residue,
-                   "retry": retry, "cleaned_batch_ids": req.cleaned_batch_ids}),
+            events::Started {
+                trigger: req.trigger,
+                run_ref: req.run_ref.clone(),
+                lease_expires_at,
+                residue: residue.clone(),
+                retry: retry.clone(),
+                cleaned_batch_ids: req.cleaned_batch_ids.clone(),
+            },
         )
         .await?;
 
@@ -370,8 +427,8 @@ impl SqlStore {
             c.exec("UPDATE batches SET superseded_by = $2 WHERE batch_id = $1", args![&b.batch_id, by]).await?;
         }
         let parts = settle(c, b, BatchState::Abandoned, now).await?;
-        event(c, &b.batch_id, EventKind::Abandoned, now, json!({"lease_expired_at": b.lease_expires_at, "by": by}))
-            .await?;
+        let detail = events::Abandoned { lease_expired_at: b.lease_expires_at, by: by.map(str::to_owned) };
+        event(c, &b.batch_id, EventKind::Abandoned, now, detail).await?;
         let advice = alert_rules::for_abandoned();
         let written =
             if b.written_at.is_some() { "after its write committed" } else { "before it reported a committed write" };
@@ -407,7 +464,7 @@ impl SqlStore {
             return Err(Error::conflict(
                 "batch_not_running",
                 format!("batch {batch_id} is {}, not running", b.state),
-                json!({"batch_id": batch_id, "state": b.state, "superseded_by": b.superseded_by}),
+                to_details(NotRunning { batch_id, state: b.state, superseded_by: b.superseded_by.as_deref() })?,
             ));
         }
         let lease_expires_at = now + Duration::seconds(b.lease_seconds);
@@ -430,22 +487,31 @@ async fn record_heartbeat(
     now: DateTime<Utc>,
     lease_expires_at: DateTime<Utc>,
 ) -> Result<()> {
-    let last: Option<(i64, DateTime<Utc>, Option<Json<Value>>)> = c
+    let last: Option<(i64, DateTime<Utc>, Option<Json<events::Heartbeats>>)> = c
         .opt(
             "SELECT id, at, detail FROM batch_events WHERE batch_id = $1 AND kind = 'heartbeat' ORDER BY id DESC LIMIT 1",
             args![batch_id],
         )
         .await?;
     let Some((id, at, detail)) = last else {
-        let detail = json!({"first_at": now, "last_at": now, "count": 1, "lease_expires_at": lease_expires_at});
+        let detail = events::Heartbeats {
+            first_at: Some(now),
+            last_at: Some(now),
+            count: 1,
+            lease_expires_at: Some(lease_expires_at),
+        };
         return event(c, batch_id, EventKind::Heartbeat, now, detail).await;
     };
-    let detail = detail.map(|j| j.0).unwrap_or_default();
-    // A heartbeat event written before the summary kept no count: it was one.
-    let count = detail["count"].as_i64().unwrap_or(1) + 1;
-    let first_at = detail.get("first_at").cloned().unwrap_or_else(|| json!(at));
-    let detail = json!({"first_at": first_at, "last_at": now, "count": count, "lease_expires_at": lease_expires_at});
-    c.exec("UPDATE batch_events SET detail = $2 WHERE id = $1", args![id, detail]).await?;
+    // A heartbeat event written before the summary kept no count and no
+    // first time: it was one, at the event's time.
+    let (count, first_at) = detail.map_or((1, None), |j| (j.0.count, j.0.first_at));
+    let detail = events::Heartbeats {
+        first_at: Some(first_at.unwrap_or(at)),
+        last_at: Some(now),
+        count: count + 1,
+        lease_expires_at: Some(lease_expires_at),
+    };
+    c.exec("UPDATE batch_events SET detail = $2 WHERE id = $1", args![id, Json(detail)]).await?;
     Ok(())
 }
 

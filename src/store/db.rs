@@ -50,6 +50,21 @@ arg_from! {
     Option<Value> => Json,
 }
 
+/// A typed document, stored as JSON.
+impl<T: serde::Serialize> From<Json<T>> for Arg {
+    fn from(v: Json<T>) -> Self {
+        // Documents are structs and enums with string keys: serialising them cannot fail.
+        Arg::Json(Some(serde_json::to_value(&v.0).expect("a typed document serialises")))
+    }
+}
+
+/// An optional typed document, stored as JSON or NULL.
+impl<T: serde::Serialize> From<Option<Json<T>>> for Arg {
+    fn from(v: Option<Json<T>>) -> Self {
+        Arg::Json(v.map(|v| serde_json::to_value(&v.0).expect("a typed document serialises")))
+    }
+}
+
 impl From<&str> for Arg {
     fn from(v: &str) -> Self {
         Arg::Text(Some(v.to_owned()))

@@ -7,17 +7,19 @@ use std::collections::{BTreeSet, VecDeque};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
-use serde_json::{json, Value};
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::batches::load_policy;
 use super::db::{args, Conn};
+use super::events::ChangeDetail;
 use super::outbox::{self, NewChange, Receivers};
 use super::records::{fitness_of, load_partition, PartitionRecord};
+use crate::api::InputRef;
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Action, AlertKind};
 use crate::domain::readiness::{ChangeKind, Fitness};
+use crate::domain::staleness::Staleness;
 use crate::error::Result;
 
 /// How far alerts and repair plans look for partitions built on others.
@@ -106,14 +108,14 @@ pub(super) async fn emit(
     partition: &str,
     version: i64,
     batch_id: Option<&str>,
-    detail: Value,
+    detail: ChangeDetail,
     now: DateTime<Utc>,
 ) -> Result<()> {
     let (id,): (i64,) = c
         .one(
             "INSERT INTO changes (kind, dataset, partition_spec, version, batch_id, at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7) \
              RETURNING id",
-            args![kind, dataset, partition, version, batch_id, now, detail.clone()],
+            args![kind, dataset, partition, version, batch_id, now, Json(&detail)],
         )
         .await?;
     let change = NewChange { id, kind: kind.as_str(), dataset, partition, version, batch_id, detail: &detail, at: now };
@@ -121,18 +123,8 @@ pub(super) async fn emit(
 }
 
 /// Why a partition built from `input` at `built_on` is stale now, if it is.
-fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &PartitionRecord) -> Option<Value> {
-    let cause = if now.invalidated_reason.is_some() {
-        "invalidated"
-    } else if now.version > built_on {
-        "restated"
-    } else if now.stale_upstream.is_some() {
-        "stale"
-    } else {
-        return None;
-    };
-    Some(json!({"dataset": input_dataset, "partition": input_partition, "built_on_version": built_on,
-        "current_version": now.version, "cause": cause}))
+fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &PartitionRecord) -> Option<Staleness> {
+    Staleness::of(input_dataset, input_partition, built_on, now.standing(), now.version)
 }
 
 /// After a batch published `partition` at `version`: records the change,
@@ -158,7 +150,7 @@ pub(super) async fn on_published(
         partition,
         version,
         Some(batch_id),
-        json!({}),
+        ChangeDetail::default(),
         now,
     )
     .await?;
@@ -174,7 +166,7 @@ pub(super) async fn on_published(
     }
     c.exec(
         "UPDATE partitions SET invalidated_reason = NULL, invalidated_at = NULL, stale_upstream = $3 WHERE dataset = $1 AND partition_spec = $2",
-        args![dataset, partition, stale.clone()],
+        args![dataset, partition, stale.clone().map(Json)],
     )
     .await?;
     match (&stale, was_stale) {
@@ -187,13 +179,24 @@ pub(super) async fn on_published(
                 partition,
                 version,
                 Some(batch_id),
-                json!({"upstream": why}),
+                ChangeDetail::stale(why.clone()),
                 now,
             )
             .await?
         }
         (None, true) => {
-            emit(c, ripple, ChangeKind::FreshAgain, dataset, partition, version, Some(batch_id), json!({}), now).await?
+            emit(
+                c,
+                ripple,
+                ChangeKind::FreshAgain,
+                dataset,
+                partition,
+                version,
+                Some(batch_id),
+                ChangeDetail::default(),
+                now,
+            )
+            .await?
         }
         (None, false) => {}
     }
@@ -226,7 +229,7 @@ pub(super) async fn invalidate(
         partition,
         s.version,
         s.published_batch_id.as_deref(),
-        json!({"reason": reason}),
+        ChangeDetail::invalidated(reason),
         now,
     )
     .await?;
@@ -244,7 +247,7 @@ struct Consumer {
     built_on: i64,
     version: i64,
     batch_id: Option<String>,
-    stale: Option<Json<Value>>,
+    stale: Option<Json<Staleness>>,
     dt: NaiveDate,
 }
 
@@ -309,7 +312,7 @@ async fn propagate(
             if cstale.is_none() {
                 c.exec(
                     "UPDATE partitions SET stale_upstream = $3, updated_at = $4 WHERE dataset = $1 AND partition_spec = $2",
-                    args![&cds, &cp, why.clone(), now],
+                    args![&cds, &cp, Json(&why), now],
                 )
                 .await?;
                 emit(
@@ -320,7 +323,7 @@ async fn propagate(
                     &cp,
                     cversion,
                     cbatch.as_deref(),
-                    json!({"upstream": why}),
+                    ChangeDetail::stale(why.clone()),
                     now,
                 )
                 .await?;
@@ -339,13 +342,13 @@ async fn propagate(
                     batch_id: cbatch.clone(),
                     stage: None,
                     category: None,
-                    failing_checks: json!([]),
+                    failing_checks: serde_json::Value::Array(vec![]),
                     owner: policy.owner.clone(),
                     action: Action::RecomputeDownstream,
                     retryable: true,
                     message: format!(
                         "{cds} {cp} version {cversion} was built on {ds} {p} version {built_on}, which is now {} (version {})",
-                        why["cause"].as_str().unwrap_or("changed"),
+                        why.cause,
                         upstream.version
                     ),
                 };
@@ -371,8 +374,8 @@ pub struct ChangeRecord {
     pub batch_id: Option<String>,
     pub at: DateTime<Utc>,
     /// `reason` of an invalidation; `upstream` of a stale change.
-    #[schema(value_type = Option<Object>)]
-    pub detail: Option<Json<Value>>,
+    #[schema(value_type = Option<ChangeDetail>)]
+    pub detail: Option<Json<ChangeDetail>>,
 }
 
 /// Which way to walk the lineage graph.
@@ -396,10 +399,8 @@ pub struct LineageNode {
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct LineageEdge {
-    #[schema(value_type = crate::api::InputRef)]
-    pub from: Value,
-    #[schema(value_type = crate::api::InputRef)]
-    pub to: Value,
+    pub from: InputRef,
+    pub to: InputRef,
     /// The version of `from` that `to`'s batch read.
     pub input_version: i64,
     /// `from`'s version now: greater than `input_version` once restated.
@@ -504,8 +505,8 @@ pub(super) async fn walk(
                 Direction::Downstream => c.all(DOWNSTREAM_SQL, args![&ds, &p]).await?,
             };
             for (nds, np, read_version, batch_id) in hops {
-                let here = json!({"dataset": ds, "partition": p});
-                let there = json!({"dataset": nds, "partition": np});
+                let here = InputRef { dataset: ds.clone(), partition: p.clone() };
+                let there = InputRef { dataset: nds.clone(), partition: np.clone() };
                 let (from, to, upstream_of_edge) = match direction {
                     Direction::Upstream => (there, here, (nds.clone(), np.clone())),
                     Direction::Downstream => (here, there, (ds.clone(), p.clone())),

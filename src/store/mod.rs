@@ -11,6 +11,7 @@ mod alerts;
 mod batches;
 pub mod db;
 mod decide;
+pub mod events;
 mod lineage;
 mod openlineage;
 mod outbox;
@@ -48,6 +49,7 @@ use crate::domain::batch::{BatchState, FailCategory, FailStage, Trigger};
 use crate::domain::checks::CommitEvidence;
 use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
 use crate::domain::policy::DatasetPolicy;
+use crate::domain::repair::RepairPlan;
 use crate::domain::retry::RetryAdvice;
 use crate::error::Result;
 use crate::telemetry::{Metrics, StoreGauges};
@@ -151,7 +153,24 @@ pub struct PartitionQuery {
 pub struct Page<T> {
     pub items: Vec<T>,
     /// The keyset position after the last item, when another page follows.
-    pub next: Option<Value>,
+    pub next: Option<Position>,
+}
+
+/// Where a keyset listing resumes: the key of the last item listed. `http/`
+/// encodes it as the opaque cursor (the JSON array `[id]` or `[dt, partition]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Position {
+    Id(i64),
+    Partition(NaiveDate, String),
+}
+
+impl Serialize for Position {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Position::Id(id) => (id,).serialize(s),
+            Position::Partition(dt, partition) => (dt, partition).serialize(s),
+        }
+    }
 }
 
 /// The registry.
@@ -225,9 +244,9 @@ pub trait Store: Send + Sync + 'static {
     async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>>;
     async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph>;
     /// Plans a repair from the registry's evidence.
-    async fn create_repair(&self, repair: NewRepair) -> Result<Value>;
+    async fn create_repair(&self, repair: NewRepair) -> Result<RepairPlan>;
     /// A plan with its progress.
-    async fn get_repair(&self, id: i64) -> Result<Option<Value>>;
+    async fn get_repair(&self, id: i64) -> Result<Option<RepairPlan>>;
     /// The most recent repair plans, newest first (without their progress).
     async fn list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>>;
 

@@ -11,14 +11,15 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::batches::load_policy;
 use super::db::{args, Arg, Conn};
+use super::events::ChangeDetail;
 use super::lineage::Ripple;
-use super::{Page, SqlStore};
+use super::{Page, Position, SqlStore};
 use crate::domain::alerts::{severity, Action, AlertKind};
 use crate::domain::push::{feed_cursor, AssetEventExtra, CloudEvent, PendingAssetEvent, Target};
 use crate::error::Result;
@@ -147,8 +148,21 @@ pub(super) struct NewChange<'a> {
     pub partition: &'a str,
     pub version: i64,
     pub batch_id: Option<&'a str>,
-    pub detail: &'a Value,
+    pub detail: &'a ChangeDetail,
     pub at: DateTime<Utc>,
+}
+
+/// The `data` of a change's CloudEvent: the feed entry, with its cursor.
+#[derive(serde::Serialize)]
+struct ChangeData<'a> {
+    cursor: String,
+    kind: &'a str,
+    dataset: &'a str,
+    partition: &'a str,
+    version: i64,
+    batch_id: Option<&'a str>,
+    at: DateTime<Utc>,
+    detail: &'a ChangeDetail,
 }
 
 async fn queue(c: &mut Conn<'_>, target: Target, change: &NewChange<'_>, url: &str, payload: Value) -> Result<()> {
@@ -173,8 +187,17 @@ pub(super) async fn on_change(c: &mut Conn<'_>, ripple: &Ripple, change: NewChan
     urls.dedup();
     if !urls.is_empty() {
         let cursor = feed_cursor(change.id);
-        let data = json!({"cursor": cursor, "kind": change.kind, "dataset": change.dataset, "partition": change.partition,
-            "version": change.version, "batch_id": change.batch_id, "at": change.at, "detail": change.detail});
+        let data = ChangeData {
+            cursor,
+            kind: change.kind,
+            dataset: change.dataset,
+            partition: change.partition,
+            version: change.version,
+            batch_id: change.batch_id,
+            at: change.at,
+            detail: change.detail,
+        };
+        let data = serde_json::to_value(&data).map_err(anyhow::Error::from)?;
         let event = CloudEvent::of_change(change.id, change.kind, change.dataset, change.partition, change.at, data);
         let payload = serde_json::to_value(&event).map_err(anyhow::Error::from)?;
         for url in urls {
@@ -324,7 +347,7 @@ impl SqlStore {
         for d in &mut items {
             d.cursor = d.change_id.map(feed_cursor);
         }
-        let next = items.last().filter(|_| more).map(|x| json!([x.id]));
+        let next = items.last().filter(|_| more).map(|x| Position::Id(x.id));
         Ok(Page { items, next })
     }
 
@@ -352,7 +375,7 @@ impl SqlStore {
             batch_id: None,
             stage: None,
             category: None,
-            failing_checks: json!([]),
+            failing_checks: Value::Array(Vec::new()),
             owner: policy.owner.clone(),
             action: Action::FixAirflowAsset,
             retryable: true,

@@ -90,14 +90,14 @@ impl Store for SqlStore {
                     name.as_str(),
                     p.tier.as_str(),
                     p.write_mode.as_str(),
-                    serde_json::json!(p.unique_key),
+                    sqlx::types::Json(&p.unique_key),
                     p.timezone.clone(),
                     p.max_volume_change,
                     i64::from(p.baseline_periods),
                     p.allow_empty,
                     p.owner.clone(),
                     i64::from(p.max_partitions_per_batch),
-                    p.deadline.as_ref().map(|d| serde_json::json!(d)),
+                    p.deadline.as_ref().map(sqlx::types::Json),
                     p.webhook_url.clone(),
                     now,
                     p.airflow_asset.clone(),
@@ -175,7 +175,7 @@ impl Store for SqlStore {
         let mut rows: Vec<BatchRow> = c.all(&sql, f.args).await?;
         let more = rows.len() as i64 > q.limit;
         rows.truncate(q.limit as usize);
-        let next = rows.last().filter(|_| more).map(|b| serde_json::json!([b.id]));
+        let next = rows.last().filter(|_| more).map(|b| Position::Id(b.id));
         let ids: Vec<Arg> = rows.iter().map(|b| Arg::from(&b.batch_id)).collect();
         let (logs, inputs): (Vec<LogRow>, Vec<(String, String, String, i64, Option<String>)>) = if ids.is_empty() {
             (Vec::new(), Vec::new())
@@ -240,7 +240,7 @@ impl Store for SqlStore {
         let mut items: Vec<PartitionRecord> = r.conn().all(&sql, f.args).await?;
         let more = items.len() as i64 > q.limit;
         items.truncate(q.limit as usize);
-        let next = items.last().filter(|_| more).map(|p| serde_json::json!([p.dt, p.partition]));
+        let next = items.last().filter(|_| more).map(|p| Position::Partition(p.dt, p.partition.clone()));
         Ok(Page { items, next })
     }
 
@@ -351,11 +351,11 @@ impl Store for SqlStore {
         self.do_lineage(dataset, partition, direction, depth).await
     }
 
-    async fn create_repair(&self, repair: NewRepair) -> Result<Value> {
+    async fn create_repair(&self, repair: NewRepair) -> Result<crate::domain::repair::RepairPlan> {
         self.do_create_repair(repair).await
     }
 
-    async fn get_repair(&self, id: i64) -> Result<Option<Value>> {
+    async fn get_repair(&self, id: i64) -> Result<Option<crate::domain::repair::RepairPlan>> {
         self.do_get_repair(id).await
     }
 

@@ -11,6 +11,7 @@ use crate::domain::batch::{BatchState, EventKind, FailCategory, FailStage, Trigg
 use crate::domain::deadline::Deadline;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 use crate::domain::readiness::{self, Fitness, PartitionState, Standing};
+use crate::domain::staleness::Staleness;
 use crate::error::Result;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -243,8 +244,8 @@ pub struct PartitionRecord {
     pub updated_at: DateTime<Utc>,
     /// Set while the current version was built on upstream data that has
     /// since been restated or invalidated: names that upstream partition.
-    #[schema(value_type = Option<Object>)]
-    pub stale_upstream: Option<Json<Value>>,
+    #[schema(value_type = Option<crate::domain::staleness::Staleness>)]
+    pub stale_upstream: Option<Json<Staleness>>,
     /// Set while the partition is taken out of service.
     pub invalidated_reason: Option<String>,
     /// The version the current one replaced (`version - 1`).
@@ -269,6 +270,27 @@ pub(super) async fn load_partition(
 ) -> Result<Option<PartitionRecord>> {
     let sql = format!("SELECT {PARTITION_COLUMNS} FROM partitions WHERE dataset = $1 AND partition_spec = $2");
     Ok(c.opt(&sql, args![dataset, partition]).await?)
+}
+
+/// The published row counts the volume check compares a partition with: the
+/// `periods` latest earlier data dates of the same baseline key (the
+/// partition spec without `dt`), newest first. The dataset's
+/// `baseline_periods` says how many; commits and repair progress both ask here.
+pub(super) async fn baseline(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    baseline_key: &str,
+    dt: NaiveDate,
+    periods: u32,
+) -> Result<Vec<i64>> {
+    let rows: Vec<(i64,)> = c
+        .all(
+            "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2 AND dt < $3 \
+               AND version > 0 AND published_row_count IS NOT NULL ORDER BY dt DESC LIMIT $4",
+            args![dataset, baseline_key, dt, i64::from(periods)],
+        )
+        .await?;
+    Ok(rows.into_iter().map(|(n,)| n).collect())
 }
 
 /// The fitness of a partition that may have no row (`no_batch`).

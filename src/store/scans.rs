@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, NaiveDate, Utc};
-use serde_json::json;
+use serde_json::Value;
 
 use super::alerts::{self, AlertRecord, NewAlert, ALERT_COLUMNS};
-use super::batches::{event, load_batch, load_policy, load_record, not_found};
+use super::batches::{event, load_batch, load_policy, load_record, not_found, to_details, BatchAndState};
 use super::db::{args, Arg};
+use super::events;
 use super::records::{BatchRecord, DatasetRow, PartitionRecord, DATASET_COLUMNS, PARTITION_COLUMNS};
-use super::{AlertQuery, Backend, Page, SqlStore};
+use super::{AlertQuery, Backend, Page, Position, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
 use crate::domain::batch::{BatchState, EventKind};
@@ -44,7 +45,7 @@ impl SqlStore {
             return Err(Error::conflict(
                 "batch_not_running",
                 format!("batch {batch_id} is {}, not running", b.state),
-                json!({"batch_id": batch_id, "state": b.state}),
+                to_details(BatchAndState { batch_id, state: b.state })?,
             ));
         }
         let mut c = tx.conn();
@@ -64,9 +65,13 @@ impl SqlStore {
             }
         }
         c.exec("UPDATE batches SET written_at = $2 WHERE batch_id = $1", args![batch_id, now]).await?;
-        let detail: Vec<_> =
-            partitions.iter().map(|(p, n)| json!({"partition": p.as_str(), "rows_written": n})).collect();
-        event(&mut c, batch_id, EventKind::Written, now, json!({"partitions": detail})).await?;
+        let detail = events::Written {
+            partitions: partitions
+                .iter()
+                .map(|(p, n)| events::WrittenPartition { partition: p.to_string(), rows_written: Some(*n) })
+                .collect(),
+        };
+        event(&mut c, batch_id, EventKind::Written, now, detail).await?;
         let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
         tx.commit().await?;
         Ok(record)
@@ -166,7 +171,7 @@ impl SqlStore {
                 batch_id: None,
                 stage: None,
                 category: None,
-                failing_checks: json!([]),
+                failing_checks: Value::Array(Vec::new()),
                 owner: policy.owner.clone(),
                 action: advice.action,
                 retryable: advice.retryable,
@@ -234,7 +239,7 @@ impl SqlStore {
         let mut items: Vec<AlertRecord> = r.conn().all(&sql, a).await?;
         let more = items.len() as i64 > q.limit;
         items.truncate(q.limit as usize);
-        let next = items.last().filter(|_| more).map(|x| json!([x.id]));
+        let next = items.last().filter(|_| more).map(|x| Position::Id(x.id));
         Ok(Page { items, next })
     }
 }

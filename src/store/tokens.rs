@@ -2,11 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{json, Value};
 use sqlx::types::Json;
 
 use super::db::{args, Arg};
-use super::{Page, SqlStore};
+use super::{Page, Position, SqlStore};
 use crate::changes::Change;
 use crate::error::{Error, Result};
 
@@ -83,6 +82,12 @@ pub struct AuditQuery {
 
 const TOKEN_COLUMNS: &str = "name, secret_hash, scopes, created_at, expires_at, last_used_at";
 
+/// The `details` of an error about one request field.
+#[derive(serde::Serialize)]
+struct FieldDetail {
+    field: &'static str,
+}
+
 impl SqlStore {
     pub(super) async fn do_create_token(&self, t: &NewToken) -> Result<TokenRecord> {
         let mut tx = self.begin_write().await?;
@@ -92,7 +97,7 @@ impl SqlStore {
             return Err(Error::conflict(
                 "token_exists",
                 format!("a token named {:?} exists; revoke it first or choose another name", t.name),
-                json!({"field": "name"}),
+                serde_json::to_value(FieldDetail { field: "name" }).map_err(anyhow::Error::from)?,
             ));
         }
         let rec: TokenRecord = c
@@ -101,7 +106,7 @@ impl SqlStore {
                     "INSERT INTO tokens (name, secret_hash, scopes, created_at, expires_at) VALUES ($1, $2, $3, $4, $5) \
                      RETURNING {TOKEN_COLUMNS}"
                 ),
-                args![&t.name, &t.secret_hash, json!(t.scopes), self.now(), t.expires_at],
+                args![&t.name, &t.secret_hash, Json(&t.scopes), self.now(), t.expires_at],
             )
             .await?;
         self.finish(tx, Vec::new()).await?;
@@ -190,7 +195,7 @@ impl SqlStore {
         let mut items: Vec<AuditRecord> = r.conn().all(&sql, a).await?;
         let more = items.len() as i64 > q.limit;
         items.truncate(q.limit as usize);
-        let next: Option<Value> = items.last().filter(|_| more).map(|x| json!([x.id]));
+        let next = items.last().filter(|_| more).map(|x| Position::Id(x.id));
         Ok(Page { items, next })
     }
 }

@@ -166,10 +166,7 @@ fn cell(dataset: &str, p: &PartitionRecord, attempted: Option<i64>) -> Markup {
     if let Some(why) = &p.stale_upstream {
         title.push_str(&format!(
             " (built on {} {} version {}, now version {})",
-            why.0["dataset"].as_str().unwrap_or("?"),
-            why.0["partition"].as_str().unwrap_or("?"),
-            why.0["built_on_version"],
-            why.0["current_version"]
+            why.0.dataset, why.0.partition, why.0.built_on_version, why.0.current_version
         ));
     }
     if let Some(r) = &p.invalidated_reason {

@@ -109,8 +109,8 @@ pub(super) async fn page(State(app): State<AppState>, Query(t): Query<Target>) -
     Ok(layout(&title, Section::Datasets, body))
 }
 
-fn ends(v: &serde_json::Value) -> (String, String) {
-    (v["dataset"].as_str().unwrap_or_default().to_owned(), v["partition"].as_str().unwrap_or_default().to_owned())
+fn ends(v: &crate::api::InputRef) -> (String, String) {
+    (v.dataset.clone(), v.partition.clone())
 }
 
 fn edge_id(e: &LineageEdge) -> String {
@@ -118,7 +118,7 @@ fn edge_id(e: &LineageEdge) -> String {
     format!("{fd} {fp} -> {td} {tp}")
 }
 
-fn endpoint(v: &serde_json::Value) -> Markup {
+fn endpoint(v: &crate::api::InputRef) -> Markup {
     let (d, p) = ends(v);
     html! { a href=(dataset_href(&d)) { (d) } " " a.dim href=(lineage_href(&d, &p)) { (p) } }
 }

@@ -3,12 +3,11 @@
 //! numbers after (row count, unique keys, metric against source, identical
 //! rebuilds).
 
+use super::{badge, batch_href, dataset_href, layout, lineage_href, not_found, value_text, when, Section, UiResult};
+use crate::domain::repair::{Identity, PartitionProgress, RepairPlan, RepairScope, RetryBoundary};
+use crate::http::AppState;
 use axum::extract::{Path, State};
 use maud::{html, Markup};
-use serde_json::Value;
-
-use super::{badge, batch_href, dataset_href, layout, lineage_href, not_found, value_text, when, Section, UiResult};
-use crate::http::AppState;
 
 pub(super) async fn index(State(app): State<AppState>) -> UiResult {
     let plans = app.store.list_repairs(100).await?;
@@ -42,23 +41,22 @@ pub(super) async fn page(State(app): State<AppState>, Path(id): Path<String>) ->
     let Some(plan) = app.store.get_repair(n).await? else {
         return Err(missing());
     };
-    let dataset = plan["dataset"].as_str().unwrap_or_default().to_owned();
-    let progress = plan["progress"]["partitions"].as_array().cloned().unwrap_or_default();
+    let progress = plan.progress.as_ref().map(|p| p.partitions.as_slice()).unwrap_or_default();
     let body = html! {
-        h1 { span.dim { "Repair " } "#" (n) " " (badge(plan["state"].as_str().unwrap_or("planned"))) }
+        h1 { span.dim { "Repair " } "#" (n) " " (badge(plan.state.as_str())) }
         dl.facts {
-            dt { "Dataset" } dd { a href=(dataset_href(&dataset)) { (dataset) } }
-            dt { "Action" } dd { code { (value_text(&plan["action"])) } }
-            dt { "Reason" } dd { (value_text(&plan["reason"])) }
-            dt { "Planned" } dd { (value_text(&plan["created_at"])) }
+            dt { "Dataset" } dd { a href=(dataset_href(&plan.dataset)) { (plan.dataset) } }
+            dt { "Action" } dd { code { (plan.action) } }
+            dt { "Reason" } dd { (plan.reason) }
+            dt { "Planned" } dd { (text(&plan.created_at)) }
         }
-        @for (i, part) in plan["partitions"].as_array().cloned().unwrap_or_default().iter().enumerate() {
+        @for (i, part) in plan.partitions.iter().enumerate() {
             section.repair {
-                h2 { span.mono { (value_text(&part["partition"])) } }
+                h2 { span.mono { (part.partition) } }
                 div.questions {
-                    (question("1 · Scope", scope(&part["scope"])))
-                    (question("2 · Identity", identity(&part["identity"])))
-                    (question("3 · Retry boundary", boundary(&part["retry_boundary"])))
+                    (question("1 · Scope", scope(&part.scope)))
+                    (question("2 · Identity", identity(&part.identity)))
+                    (question("3 · Retry boundary", boundary(&part.retry_boundary)))
                     (question("4 · After", after(progress.get(i))))
                 }
             }
@@ -71,80 +69,80 @@ pub(super) async fn page(State(app): State<AppState>, Path(id): Path<String>) ->
     Ok(layout(&format!("Repair #{n}"), Section::Repairs, body))
 }
 
+/// Any typed value as the console writes JSON values.
+fn text<T: serde::Serialize>(v: &T) -> String {
+    value_text(&serde_json::to_value(v).unwrap_or_default())
+}
+
 fn question(title: &str, body: Markup) -> Markup {
     html! { div.question { h3 { (title) } (body) } }
 }
 
-fn scope(s: &Value) -> Markup {
+fn scope(s: &RepairScope) -> Markup {
     html! {
-        p { "Data date " strong { (value_text(&s["dt"])) } " in " (value_text(&s["timezone"])) }
-        @let inputs = s["inputs"].as_array().cloned().unwrap_or_default();
-        @if inputs.is_empty() { p.dim { "The current version read no recorded inputs." } } @else {
-            ul { @for i in &inputs {
-                li { (value_text(&i["dataset"])) " " (value_text(&i["partition"])) ": read v" (value_text(&i["read_version"]))
-                    ", now v" (value_text(&i["current_version"])) " (" (value_text(&i["current_state"])) ")" }
+        p { "Data date " strong { (text(&s.dt)) } " in " (s.timezone) }
+        @if s.inputs.is_empty() { p.dim { "The current version read no recorded inputs." } } @else {
+            ul { @for i in &s.inputs {
+                li { (i.dataset) " " (i.partition) ": read v" (i.read_version)
+                    ", now v" (i.current_version) " (" (i.current_state) ")" }
             } }
         }
     }
 }
 
-fn identity(s: &Value) -> Markup {
+fn identity(s: &Identity) -> Markup {
     html! {
-        p { "Unique key: " @if s["unique_key"].as_array().is_some_and(|a| !a.is_empty()) { code { (value_text(&s["unique_key"])) } } @else { "none" } }
-        @if s["published"].is_object() {
-            p { "Published now: " (value_text(&s["published"])) }
+        p { "Unique key: " @if !s.unique_key.is_empty() { code { (s.unique_key.join(", ")) } } @else { "none" } }
+        @if let Some(published) = &s.published {
+            p { "Published now: " (text(published)) }
         } @else { p.dim { "Nothing published yet." } }
     }
 }
 
-fn boundary(b: &Value) -> Markup {
+fn boundary(b: &RetryBoundary) -> Markup {
     html! {
-        p { (badge(b["state"].as_str().unwrap_or("?"))) }
-        p { "Recommended: " code { (value_text(&b["recommended_action"])) } }
-        @if let Some(l) = b["latest_batch_id"].as_str() { p { "Latest attempt " a.mono href=(batch_href(l)) { (l) } } }
+        p { (badge(b.state.as_str())) }
+        p { "Recommended: " code { (b.recommended_action) } }
+        @if let Some(l) = &b.latest_batch_id { p { "Latest attempt " a.mono href=(batch_href(l)) { (l) } } }
     }
 }
 
-fn after(p: Option<&Value>) -> Markup {
+fn after(p: Option<&PartitionProgress>) -> Markup {
     let Some(p) = p else {
         return html! { p.dim { "No progress yet." } };
     };
     html! {
-        p { @if p["done"] == true { span.badge.s-ready { "done" } } @else { span.badge.s-running { "not done yet" } } }
+        p { @if p.done { span.badge.s-ready { "done" } } @else { span.badge.s-running { "not done yet" } } }
         dl.numbers {
-            dt { "Row count" } dd { "before " (value_text(&p["row_count"]["before"])) ", after " (value_text(&p["row_count"]["after"]))
-                ", baseline " (value_text(&p["row_count"]["baseline"])) }
-            dt { "Unique keys" } dd { (value_text(&p["unique_keys"])) }
-            dt { "Metric vs source" } dd { @if p["metric_vs_source"].is_object() {
-                (value_text(&p["metric_vs_source"]["status"])) ": " (value_text(&p["metric_vs_source"]["message"])) } @else { "—" } }
-            dt { "Rebuilt identically" } dd { (value_text(&p["rebuilt_identically"])) " (" (value_text(&p["rebuilds"])) " rebuild(s))" }
+            dt { "Row count" } dd { "before " (text(&p.row_count.before)) ", after " (text(&p.row_count.after))
+                ", baseline " (text(&p.row_count.baseline)) }
+            dt { "Unique keys" } dd { (text(&p.unique_keys)) }
+            dt { "Metric vs source" } dd { @if let Some(c) = &p.metric_vs_source {
+                (text(&c.status)) ": " (c.message) } @else { "—" } }
+            dt { "Rebuilt identically" } dd { (text(&p.rebuilt_identically)) " (" (p.rebuilds) " rebuild(s))" }
         }
-        @let batches = p["batches"].as_array().cloned().unwrap_or_default();
-        @if !batches.is_empty() {
-            p { "Batches: " @for b in &batches { a.mono href=(batch_href(b["batch_id"].as_str().unwrap_or(""))) { (value_text(&b["batch_id"])) } " " (badge(b["status"].as_str().unwrap_or("?"))) " " } }
+        @if !p.batches.is_empty() {
+            p { "Batches: " @for b in &p.batches { a.mono href=(batch_href(&b.batch_id)) { (b.batch_id) } " " (badge(b.status.as_str())) " " } }
         }
     }
 }
 
-fn downstream(plan: &Value) -> Markup {
-    let planned = plan["downstream"].as_array().cloned().unwrap_or_default();
-    let now = plan["progress"]["downstream"].as_array().cloned().unwrap_or_default();
+fn downstream(plan: &RepairPlan) -> Markup {
+    let now = plan.progress.as_ref().map(|p| p.downstream.as_slice()).unwrap_or_default();
     html! {
-        @if planned.is_empty() { p.empty { "Nothing downstream was built from these partitions." } } @else {
+        @if plan.downstream.is_empty() { p.empty { "Nothing downstream was built from these partitions." } } @else {
             table {
                 thead { tr { th { "Dataset · partition" } th { "Owner" } th { "Needs recompute" } th { "Now" } } }
                 tbody {
-                    @for d in &planned {
-                        @let ds = d["dataset"].as_str().unwrap_or_default();
-                        @let p = d["partition"].as_str().unwrap_or_default();
-                        @let cur = now.iter().find(|x| x["dataset"] == d["dataset"] && x["partition"] == d["partition"]);
+                    @for d in &plan.downstream {
+                        @let cur = now.iter().find(|x| x.dataset == d.dataset && x.partition == d.partition);
                         tr {
-                            td { a href=(dataset_href(ds)) { (ds) } " " a.dim href=(lineage_href(ds, p)) { (p) } }
-                            td { (value_text(&d["owner"])) }
-                            td { (if d["needs_recompute"] == true { "yes" } else { "no" }) }
+                            td { a href=(dataset_href(&d.dataset)) { (d.dataset) } " " a.dim href=(lineage_href(&d.dataset, &d.partition)) { (d.partition) } }
+                            td { (text(&d.owner)) }
+                            td { (if d.needs_recompute { "yes" } else { "no" }) }
                             td { @match cur {
-                                Some(c) if c["recomputed"] == true => { (badge("ready")) " recomputed" },
-                                Some(c) => (badge(c["state"].as_str().unwrap_or("?"))),
+                                Some(c) if c.recomputed => { (badge("ready")) " recomputed" },
+                                Some(c) => (badge(c.state.as_str())),
                                 None => "—",
                             } }
                         }

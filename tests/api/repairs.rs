@@ -6,7 +6,11 @@ use serde_json::{json, Value};
 use crate::helpers::{clean, TestApp};
 use crate::on_both_backends;
 
-on_both_backends!(a_plan_classifies_each_retry_boundary, a_repair_from_plan_to_complete);
+on_both_backends!(
+    a_plan_classifies_each_retry_boundary,
+    a_repair_from_plan_to_complete,
+    repair_progress_takes_its_baseline_over_the_datasets_baseline_periods
+);
 
 const DT: &str = "2026-08-24";
 const P: &str = "dt=2026-08-24";
@@ -138,4 +142,31 @@ async fn a_repair_from_plan_to_complete(app: TestApp) {
     assert_eq!(done["state"], "complete", "{done}");
     assert_eq!(done["progress"]["downstream"][0]["recomputed"], true);
     assert_eq!(done["progress"]["downstream"][0]["state"], "ready");
+}
+
+async fn repair_progress_takes_its_baseline_over_the_datasets_baseline_periods(app: TestApp) {
+    // Four earlier data dates; the commit's volume check, and the repair's
+    // baseline with it, look at the newest three of them only.
+    app.put_dataset("ods.weekly", &json!({"baseline_periods": 3, "max_volume_change": 10.0})).await;
+    for (dt, rows) in [("2026-08-20", 100), ("2026-08-21", 200), ("2026-08-22", 300), ("2026-08-23", 400)] {
+        app.publish("t", "ods.weekly", dt, &format!("dt={dt}"), rows).await;
+    }
+    build(&app, "ods.weekly", &[], 350, None).await;
+    let id = plan(&app, "ods.weekly", "rebuild").await["id"].as_i64().unwrap();
+    let record = build(&app, "ods.weekly", &[], 320, Some(id)).await;
+    let volume = crate::helpers::check(&record, "volume_vs_baseline");
+    assert_eq!(volume["status"], "pass", "{record}");
+    assert_eq!(volume["expected"]["periods"], 3, "{record}");
+
+    let (status, repair) = app.get(&format!("/v1/repairs/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{repair}");
+    // median(200, 300, 400), not median of all four (250): the same
+    // baseline as the repair batch's own volume check.
+    assert_eq!(volume["expected"]["baseline"], 300.0, "{record}");
+    assert_eq!(
+        repair["progress"]["partitions"][0]["row_count"],
+        json!({"before": 350, "after": 320, "baseline": 300.0}),
+        "{repair}"
+    );
+    assert_eq!(repair["state"], "complete", "{repair}");
 }
