@@ -43,7 +43,12 @@ impl Error {
         }
     }
 
-    pub fn conflict(code: &'static str, message: impl Into<String>, details: Value) -> Self {
+    /// A 409; `details` is a typed struct naming the batch and its state
+    /// (any `Serialize`).
+    pub fn conflict(code: &'static str, message: impl Into<String>, details: impl serde::Serialize) -> Self {
+        // A struct of plain fields always serialises; were one not to, the
+        // conflict would still be answered, with empty details.
+        let details = serde_json::to_value(details).unwrap_or_else(|_| Value::Object(Default::default()));
         Self::Conflict { code, message: message.into(), details }
     }
 

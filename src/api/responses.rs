@@ -7,6 +7,7 @@ use serde_json::Value;
 use utoipa::{ToResponse, ToSchema};
 
 use crate::domain::batch::BatchState;
+use crate::domain::checks::CheckName;
 use crate::domain::readiness::Fitness;
 use crate::store::{
     AlertRecord, AuditRecord, BatchRecord, ChangeRecord, DatasetRecord, DeliveryRecord, LineageEdge, LineageNode,
@@ -126,8 +127,21 @@ pub struct RejectionError {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct RejectionDetails {
     pub batch_id: String,
-    #[schema(value_type = Vec<crate::domain::checks::CheckName>)]
-    pub failed_checks: Vec<String>,
+    /// The blocking checks that failed, in check order.
+    pub failed_checks: Vec<CheckName>,
+}
+
+impl CommitRejected {
+    /// The 422 body of a rejected commit.
+    pub fn new(record: BatchRecord, failed_checks: Vec<CheckName>) -> Self {
+        let names: Vec<&str> = failed_checks.iter().map(|c| c.as_str()).collect();
+        let error = RejectionError {
+            code: "checks_failed",
+            message: format!("batch {} rejected: {} failed", record.batch_id, names.join(", ")),
+            details: RejectionDetails { batch_id: record.batch_id.clone(), failed_checks },
+        };
+        Self { record, error }
+    }
 }
 
 /// A 422 to a commit: the rejected batch, or a field error.
@@ -465,8 +479,7 @@ pub struct LineageBatch {
     pub state: BatchState,
     /// When the commit was rejected: the blocking checks that failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schema(value_type = Vec<crate::domain::checks::CheckName>)]
-    pub failed_checks: Vec<String>,
+    pub failed_checks: Vec<CheckName>,
 }
 
 /// The answer to an OpenLineage event (stored with it).

@@ -97,8 +97,14 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn failed_checks(&self) -> impl Iterator<Item = &CheckResult> {
-        self.checks.iter().filter(|c| c.status == CheckStatus::Fail)
+        failed(&self.checks)
     }
+}
+
+/// The checks that failed and block (a failing check that only warns is not
+/// among them): why a commit was rejected.
+pub fn failed(checks: &[CheckResult]) -> impl Iterator<Item = &CheckResult> {
+    checks.iter().filter(|c| c.status == CheckStatus::Fail)
 }
 
 /// A check's raw outcome before the tier decides whether it blocks.

@@ -11,12 +11,12 @@ use serde_json::Value;
 use super::error::AppJson;
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
-use crate::api::{BatchPage, CommitRequest, FailRequest, InputRef, StartRequest, WrittenRequest};
+use crate::api::{BatchPage, CommitRejected, CommitRequest, FailRequest, InputRef, StartRequest, WrittenRequest};
 use crate::domain::batch::{BatchState, FailCategory, Trigger};
 use crate::domain::checks::{CommitEvidence, PartitionEvidence, SourceEvidence};
 use crate::domain::names::{parse_dt, DatasetName, PartitionSpec, TaskName};
 use crate::error::{Error, Result};
-use crate::store::{BatchQuery, Decision, FailReport, StartBatch};
+use crate::store::{BatchQuery, Decided, Decision, FailReport, StartBatch};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -275,8 +275,16 @@ fn evidence(b: CommitRequest) -> Result<CommitEvidence> {
     Ok(CommitEvidence { marker: b.marker, partitions, source })
 }
 
-fn decision(d: Decision) -> Response {
-    (StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK), Json(d.body)).into_response()
+/// The answer to a commit or fail, first time or replayed: 200 with the
+/// batch record, or for a rejection 422 `checks_failed` with the record and
+/// an `error`. A replay carries the recorded record, so it is the same bytes.
+fn answer(d: Decision) -> Response {
+    match d.decided {
+        Decided::Published | Decided::Failed => (StatusCode::OK, Json(d.record)).into_response(),
+        Decided::Rejected { failed_checks } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, Json(CommitRejected::new(d.record, failed_checks))).into_response()
+        }
+    }
 }
 
 #[utoipa::path(
@@ -310,7 +318,7 @@ async fn commit(
     body: AppJson<CommitRequest>,
 ) -> Result<Response> {
     let ev = evidence(body.value)?;
-    Ok(decision(app.store.commit_batch(&batch_id, ev, body.canonical).await?))
+    Ok(answer(app.store.commit_batch(&batch_id, ev, body.canonical).await?))
 }
 
 #[utoipa::path(
@@ -346,7 +354,7 @@ async fn fail(
     let b = body.value;
     let report =
         FailReport { stage: b.stage, category: b.category.unwrap_or(FailCategory::Unknown), message: b.message };
-    Ok(decision(app.store.fail_batch(&batch_id, report, body.canonical).await?))
+    Ok(answer(app.store.fail_batch(&batch_id, report, body.canonical).await?))
 }
 
 #[utoipa::path(

@@ -14,7 +14,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
-use serde_json::Value;
 
 use super::AppState;
 use crate::api::{LineageAnswer, LineageBatch as BatchOutcome};
@@ -23,7 +22,7 @@ use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::domain::openlineage::{EventType, RunEvent};
 use crate::domain::policy::DatasetPolicy;
 use crate::error::{Error, Result};
-use crate::store::{BatchRecord, FailReport, LineageEvent, StartBatch};
+use crate::store::{BatchRecord, Decided, Decision, FailReport, LineageEvent, StartBatch};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/lineage", post(intake))
@@ -40,14 +39,13 @@ impl BatchOutcome {
         Self { dataset: b.dataset.clone(), batch_id: b.batch_id.clone(), state: b.state, failed_checks: Vec::new() }
     }
 
-    /// From the batch record a commit or fail answered with.
-    fn decided(b: &BatchRecord, record: &Value) -> Self {
-        let failed_checks = record["error"]["details"]["failed_checks"]
-            .as_array()
-            .map(|cs| cs.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect())
-            .unwrap_or_default();
-        let state = record["state"].as_str().and_then(|s| s.parse().ok()).unwrap_or(b.state);
-        Self { state, failed_checks, ..Self::current(b) }
+    /// From what a commit or fail decided (or the recorded decision it replayed).
+    fn decided(d: Decision) -> Self {
+        let failed_checks = match d.decided {
+            Decided::Rejected { failed_checks } => failed_checks,
+            Decided::Published | Decided::Failed => Vec::new(),
+        };
+        Self { dataset: d.record.dataset, batch_id: d.record.batch_id, state: d.record.state, failed_checks }
     }
 }
 
@@ -245,7 +243,7 @@ impl Intake<'_> {
             let decision = self.app.store.commit_batch(&batch.batch_id, plan.evidence, plan.fingerprint).await;
             let what = format!("{}: batch {} not committed", batch.dataset, batch.batch_id);
             let outcome = match self.refused(decision, what)? {
-                Some(d) => BatchOutcome::decided(batch, &d.body),
+                Some(d) => BatchOutcome::decided(d),
                 None => BatchOutcome::current(batch),
             };
             self.batches.push(outcome);
@@ -270,7 +268,7 @@ impl Intake<'_> {
             let decision = self.app.store.fail_batch(&batch.batch_id, report, plan.fingerprint.clone()).await;
             let what = format!("{}: batch {} not failed", batch.dataset, batch.batch_id);
             let outcome = match self.refused(decision, what)? {
-                Some(d) => BatchOutcome::decided(batch, &d.body),
+                Some(d) => BatchOutcome::decided(d),
                 None => BatchOutcome::current(batch),
             };
             self.batches.push(outcome);

@@ -27,7 +27,7 @@ use crate::telemetry::{Decided, Outcome};
 
 pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
-     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, decision_status, decision_body, written_at, allow_unready_inputs, repair_id";
+     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, decision_body, written_at, allow_unready_inputs, repair_id";
 
 pub(super) const LOG_COLUMNS: &str =
     "batch_id, target_partition, status, rows_written, row_count, distinct_keys, null_keys, metrics, version, finish_time";

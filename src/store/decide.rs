@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::json;
 
 use super::alerts::{self, NewAlert};
@@ -12,7 +13,7 @@ use super::batches::{event, load_policy, load_record, not_found, partitions_of, 
 use super::db::{args, Conn};
 use super::lineage;
 use super::records::BatchRow;
-use super::{Decision, FailReport, SqlStore};
+use super::{BatchRecord, Decided, Decision, FailReport, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Advice, AlertKind, OwnerOf};
 use crate::domain::batch::{BatchState, EventKind, FailStage};
@@ -20,7 +21,58 @@ use crate::domain::checks::{self, CheckResult, CommitEvidence, PartitionHistory}
 use crate::domain::names::PartitionSpec;
 use crate::domain::policy::DatasetPolicy;
 use crate::error::{Error, Result};
-use crate::telemetry::{Decided, FailedCheck, Outcome};
+use crate::telemetry::{Decided as Logged, FailedCheck, Outcome};
+
+/// `details` of a 409 `lease_expired`.
+#[derive(Serialize)]
+struct LeaseExpired<'a> {
+    batch_id: &'a str,
+    state: BatchState,
+    lease_expired_at: DateTime<Utc>,
+}
+
+/// `details` of a 409 `superseded`.
+#[derive(Serialize)]
+struct SupersededBy<'a> {
+    batch_id: &'a str,
+    state: BatchState,
+    superseded_by: Option<&'a str>,
+}
+
+/// `details` of a 409 `already_decided`.
+#[derive(Serialize)]
+struct AlreadyDecided<'a> {
+    batch_id: &'a str,
+    state: BatchState,
+    /// `commit` or `fail`: which request decided it.
+    decision: Option<&'a str>,
+}
+
+impl Decision {
+    /// The decision a batch record taken at decision time records: its
+    /// state is the outcome, and a rejection's failed checks are its checks
+    /// that failed. The first answer and every replay are made here, from
+    /// the same record, so they cannot differ.
+    fn recorded(record: BatchRecord, replayed: bool) -> Result<Self> {
+        let decided = match record.state {
+            BatchState::Published => Decided::Published,
+            BatchState::Failed => Decided::Failed,
+            BatchState::Rejected => {
+                let checks: Vec<CheckResult> = serde_json::from_value(record.checks.clone())
+                    .map_err(|e| anyhow::anyhow!("stored checks of batch {}: {e}", record.batch_id))?;
+                Decided::Rejected { failed_checks: checks::failed(&checks).map(|c| c.name).collect() }
+            }
+            other => {
+                return Err(anyhow::anyhow!(
+                    "the recorded decision of batch {} has state {other}, which is not a decision",
+                    record.batch_id
+                )
+                .into())
+            }
+        };
+        Ok(Self { decided, record, replayed })
+    }
+}
 
 impl SqlStore {
     /// What to answer when a commit or fail arrives for a batch that is no
@@ -28,8 +80,13 @@ impl SqlStore {
     /// else a conflict naming the state.
     fn decided_answer(b: &BatchRow, kind: &str, fingerprint: &str) -> Result<Decision> {
         if b.decision_kind.as_deref() == Some(kind) && b.decision_fingerprint.as_deref() == Some(fingerprint) {
-            if let (Some(status), Some(body)) = (b.decision_status, &b.decision_body) {
-                return Ok(Decision { status: u16::try_from(status).unwrap_or(500), body: body.0.clone() });
+            // The record as it was answered. (`decision_status` is no longer
+            // written: the status is the HTTP layer's; rows decided before
+            // carry it, and a rejection's body an `error`, which is ignored.)
+            if let Some(body) = &b.decision_body {
+                let record: BatchRecord = serde_json::from_value(body.0.clone())
+                    .map_err(|e| anyhow::anyhow!("recorded decision of batch {}: {e}", b.batch_id))?;
+                return Decision::recorded(record, true);
             }
         }
         let state = b.state();
@@ -41,7 +98,7 @@ impl SqlStore {
                     b.batch_id,
                     b.lease_expires_at.to_rfc3339()
                 ),
-                json!({"batch_id": b.batch_id, "state": state, "lease_expired_at": b.lease_expires_at}),
+                LeaseExpired { batch_id: &b.batch_id, state, lease_expired_at: b.lease_expires_at },
             ));
         }
         if state == BatchState::Abandoned {
@@ -52,7 +109,7 @@ impl SqlStore {
                     b.batch_id,
                     b.superseded_by.as_deref().unwrap_or("?")
                 ),
-                json!({"batch_id": b.batch_id, "state": state, "superseded_by": b.superseded_by}),
+                SupersededBy { batch_id: &b.batch_id, state, superseded_by: b.superseded_by.as_deref() },
             ));
         }
         let by = b.decision_kind.as_deref().unwrap_or("decision");
@@ -68,8 +125,17 @@ impl SqlStore {
         Err(Error::conflict(
             "already_decided",
             format!("batch {} is already {state} ({how})", b.batch_id),
-            json!({"batch_id": b.batch_id, "state": state, "decision": b.decision_kind}),
+            AlreadyDecided { batch_id: &b.batch_id, state, decision: b.decision_kind.as_deref() },
         ))
+    }
+
+    /// Keeps the record a decision answered with, for replays, and makes
+    /// the decision from it.
+    async fn record_decision(c: &mut Conn<'_>, batch_id: &str) -> Result<Decision> {
+        let record = load_record(c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
+        let stored = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
+        c.exec("UPDATE batches SET decision_body = $2 WHERE batch_id = $1", args![batch_id, stored]).await?;
+        Decision::recorded(record, false)
     }
 
     pub(super) async fn do_commit(
@@ -190,25 +256,8 @@ impl SqlStore {
             changed
         };
 
-        let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
-        let mut body = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
-        let status = if verdict.passed {
-            200
-        } else {
-            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name.as_str()).collect();
-            body["error"] = json!({
-                "code": "checks_failed",
-                "message": format!("batch {batch_id} rejected: {} failed", failed.join(", ")),
-                "details": {"batch_id": batch_id, "failed_checks": failed},
-            });
-            422
-        };
-        c.exec(
-            "UPDATE batches SET decision_status = $2, decision_body = $3 WHERE batch_id = $1",
-            args![batch_id, i64::from(status), body.clone()],
-        )
-        .await?;
-        let decided = Decided {
+        let decision = Self::record_decision(&mut c, batch_id).await?;
+        let logged = Logged {
             batch_id: batch_id.to_owned(),
             dataset: b.dataset.clone(),
             tier: policy.tier,
@@ -219,8 +268,8 @@ impl SqlStore {
         let mut all = vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }];
         all.extend(ripple.changes);
         self.finish(tx, all).await?;
-        self.metrics.decided(&decided);
-        Ok(Decision { status, body })
+        self.metrics.decided(&logged);
+        Ok(decision)
     }
 
     pub(super) async fn do_fail(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
@@ -268,14 +317,8 @@ impl SqlStore {
             ..NewAlert::about_batch(AlertKind::Failed, &b, &policy, changed.clone(), advice, message)
         };
         alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
-        let record = load_record(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
-        let body = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
-        c.exec(
-            "UPDATE batches SET decision_status = 200, decision_body = $2 WHERE batch_id = $1",
-            args![batch_id, body.clone()],
-        )
-        .await?;
-        let decided = Decided {
+        let decision = Self::record_decision(&mut c, batch_id).await?;
+        let logged = Logged {
             batch_id: batch_id.to_owned(),
             dataset: b.dataset.clone(),
             tier: policy.tier,
@@ -284,8 +327,8 @@ impl SqlStore {
             failed_checks: Vec::new(),
         };
         self.finish(tx, vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }]).await?;
-        self.metrics.decided(&decided);
-        Ok(Decision { status: 200, body })
+        self.metrics.decided(&logged);
+        Ok(decision)
     }
 }
 

@@ -46,7 +46,7 @@ pub use tokens::{AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOK
 use crate::changes::{Change, ChangeHub, TaskLatest};
 use crate::clock::Clock;
 use crate::domain::batch::{BatchState, FailCategory, FailStage, Trigger};
-use crate::domain::checks::CommitEvidence;
+use crate::domain::checks::{CheckName, CommitEvidence};
 use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
 use crate::domain::policy::DatasetPolicy;
 use crate::domain::repair::RepairPlan;
@@ -109,12 +109,27 @@ pub struct FailReport {
     pub message: Option<String>,
 }
 
-/// The recorded answer to a commit or fail: replayed byte for byte when the
-/// same request comes again.
+/// Which way a commit or fail went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decided {
+    /// No blocking check failed: the partitions' new version is live.
+    Published,
+    /// A blocking check failed; these failed, in check order.
+    Rejected { failed_checks: Vec<CheckName> },
+    /// The task reported that it failed.
+    Failed,
+}
+
+/// What a commit or fail decided, with the batch record as it stood then.
+/// The store keeps the record; the identical request again gets the same
+/// `Decision` back (`replayed`), which `http/` turns into the same status
+/// and the same bytes.
 #[derive(Debug, Clone)]
 pub struct Decision {
-    pub status: u16,
-    pub body: Value,
+    pub decided: Decided,
+    pub record: BatchRecord,
+    /// The recorded answer to an earlier identical request.
+    pub replayed: bool,
 }
 
 /// The lease after a heartbeat.

@@ -1,7 +1,7 @@
 //! Rows as stored, and the records the API returns.
 
 use chrono::{DateTime, NaiveDate, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::types::Json;
 
@@ -41,7 +41,6 @@ pub(super) struct BatchRow {
     pub superseded_by: Option<String>,
     pub decision_kind: Option<String>,
     pub decision_fingerprint: Option<String>,
-    pub decision_status: Option<i64>,
     pub decision_body: Option<Json<Value>>,
     pub written_at: Option<DateTime<Utc>>,
     pub allow_unready_inputs: bool,
@@ -77,7 +76,7 @@ pub(super) struct EventRow {
 }
 
 /// One partition of a batch (its `task_produce_log` row), with what the batch reported for it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchPartition {
     pub partition: String,
     /// This partition's status in the batch: `superseded` once a newer batch
@@ -96,7 +95,7 @@ pub struct BatchPartition {
 }
 
 /// What a failed batch reported.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Failure {
     pub stage: FailStage,
     pub category: Option<FailCategory>,
@@ -104,7 +103,7 @@ pub struct Failure {
 }
 
 /// One entry of a batch's history, in order.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Event {
     pub kind: EventKind,
     pub at: DateTime<Utc>,
@@ -120,7 +119,7 @@ pub struct Event {
 
 /// A batch: its request, state, timestamps, partitions, checks and (when
 /// read one at a time) its events.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchRecord {
     pub batch_id: String,
     pub task: String,

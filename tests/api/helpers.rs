@@ -224,6 +224,17 @@ impl TestApp {
         self.request(reqwest::Method::GET, path, None).await
     }
 
+    /// Posts `body` and returns the answer's exact bytes (checked against
+    /// the spec like every answer): for what must repeat byte for byte.
+    pub async fn post_bytes(&self, path: &str, body: &Value) -> (StatusCode, String) {
+        let resp = self.client.post(format!("{}{path}", self.base)).json(body).send().await.expect("request");
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body for {path}: {text:?}"));
+        crate::conformance::check("POST", path, status.as_u16(), &value);
+        (status, text)
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
         self.request(reqwest::Method::POST, path, Some(body)).await
     }

@@ -16,6 +16,7 @@ on_both_backends!(
     an_appended_second_copy_is_rejected_until_a_clean_rerun,
     seven_of_twelve_partitions_is_not_complete,
     a_lost_commit_acknowledgement_is_answered_the_same,
+    a_replayed_decision_is_the_same_bytes,
     a_failure_before_writing_keeps_the_earlier_version_ready,
     a_failure_while_writing_hides_the_earlier_version,
     an_expired_lease_is_abandoned_by_the_next_start,
@@ -158,6 +159,61 @@ async fn a_lost_commit_acknowledgement_is_answered_the_same(app: TestApp) {
     let (b, rb) = app.commit(&id2, &bad).await;
     assert_eq!((a, b), (StatusCode::UNPROCESSABLE_ENTITY, StatusCode::UNPROCESSABLE_ENTITY));
     assert_eq!(ra, rb);
+}
+
+/// The store keeps what it decided (the record and the outcome), and the
+/// HTTP layer maps it to a status and a body each time: a replay must still
+/// be the first answer's exact bytes, also on PostgreSQL, whose JSONB
+/// reorders the stored keys, and after the batch moved on.
+async fn a_replayed_decision_is_the_same_bytes(app: TestApp) {
+    let scope = json!({"timezone": "Asia/Shanghai", "business_start": "2026-08-24T00:00:00+08:00"});
+    let start = |ds: &str| json!({"task": TASK, "dataset": ds, "dt": DT, "partitions": [P], "scope": scope});
+    let evidence = |rows: u64| {
+        json!({"marker": "m", "partitions": [{"partition": P, "rows_written": rows, "row_count": rows,
+            "distinct_keys": rows, "null_keys": 0, "metrics": {"zeta": 1.5, "amount": 98765432.10, "n": 3}}],
+            "source": {"row_count": rows, "metrics": {"amount": 98765432.10}}})
+    };
+    let started = |(s, b): (StatusCode, serde_json::Value)| {
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+        b["batch_id"].as_str().unwrap().to_owned()
+    };
+
+    // Published.
+    let id = started(app.post("/v1/batches", &start(DS)).await);
+    let commit = format!("/v1/batches/{id}/commit");
+    let (s1, first) = app.post_bytes(&commit, &evidence(500)).await;
+    assert_eq!(s1, StatusCode::OK, "{first}");
+    let (s2, again) = app.post_bytes(&commit, &evidence(500)).await;
+    assert_eq!((s2, &again), (StatusCode::OK, &first), "a replayed publish is the same bytes");
+    // A newer batch supersedes it: the replay is still the answer that was given.
+    app.publish(TASK, DS, DT, P, 600).await;
+    let (_, now) = app.get(&format!("/v1/batches/{id}")).await;
+    assert_eq!(now["state"], "superseded");
+    let (s3, later) = app.post_bytes(&commit, &evidence(500)).await;
+    assert_eq!((s3, &later), (StatusCode::OK, &first), "the recorded answer, not the batch as it is now");
+
+    // Rejected: 422 `checks_failed`, with the failed checks.
+    let id = started(app.post("/v1/batches", &start("dws.replay_rejected")).await);
+    let commit = format!("/v1/batches/{id}/commit");
+    let mut bad = evidence(500);
+    bad["marker"] = json!("");
+    let (s1, first) = app.post_bytes(&commit, &bad).await;
+    assert_eq!(s1, StatusCode::UNPROCESSABLE_ENTITY, "{first}");
+    let body: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(body["state"], "rejected");
+    assert_eq!(body["error"]["code"], "checks_failed");
+    assert_eq!(body["error"]["details"], json!({"batch_id": id, "failed_checks": ["marker_present"]}));
+    let (s2, again) = app.post_bytes(&commit, &bad).await;
+    assert_eq!((s2, &again), (StatusCode::UNPROCESSABLE_ENTITY, &first), "a replayed rejection is the same bytes");
+
+    // Failed.
+    let id = started(app.post("/v1/batches", &start("dws.replay_failed")).await);
+    let fail = format!("/v1/batches/{id}/fail");
+    let report = json!({"stage": "write", "category": "data", "message": "disk full"});
+    let (s1, first) = app.post_bytes(&fail, &report).await;
+    assert_eq!(s1, StatusCode::OK, "{first}");
+    let (s2, again) = app.post_bytes(&fail, &report).await;
+    assert_eq!((s2, &again), (StatusCode::OK, &first), "a replayed fail is the same bytes");
 }
 
 async fn a_failure_before_writing_keeps_the_earlier_version_ready(app: TestApp) {
