@@ -15,6 +15,24 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// OpenLineage events are kept: a year and a month, so that last year's run
 /// of the same day can still be looked up.
 pub const DEFAULT_RETAIN: &str = "400d";
+/// Most database connections one instance opens.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Longest wait for the database before a request answers 503.
+pub const DEFAULT_DB_TIMEOUT: &str = "2s";
+/// How often leases, deadlines and the outbox are scanned.
+pub const DEFAULT_SCAN_INTERVAL: &str = "10s";
+/// First wait before a failed webhook delivery is tried again.
+pub const DEFAULT_WEBHOOK_BACKOFF: &str = "1s";
+/// How long a client may take to send a request head.
+pub const DEFAULT_HEADER_TIMEOUT: &str = "10s";
+/// At shutdown, longest wait for requests in flight.
+pub const DEFAULT_SHUTDOWN_GRACE: &str = "5s";
+
+/// A default given as a command-line flag would be (`2s`, `400d`): the flag
+/// and [`Settings::default`] read the same text.
+pub fn default_duration(text: &str) -> Duration {
+    humantime::parse_duration(text).unwrap_or_else(|e| panic!("the default duration {text:?} does not parse: {e}"))
+}
 
 #[derive(Clone)]
 pub struct Settings {
@@ -88,20 +106,20 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             database_url: DEFAULT_DATABASE_URL.into(),
-            max_connections: 10,
-            scan_interval: Some(Duration::from_secs(10)),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            scan_interval: Some(default_duration(DEFAULT_SCAN_INTERVAL)),
             webhook_url: None,
-            webhook_backoff: Duration::from_secs(1),
-            auth: AuthMode::Auto,
+            webhook_backoff: default_duration(DEFAULT_WEBHOOK_BACKOFF),
+            auth: AuthMode::default(),
             public_ready: false,
             bootstrap_token: None,
             jwt: None,
             webhook_allow: Vec::new(),
             webhook_ca_file: None,
-            retain: Some(humantime::parse_duration(DEFAULT_RETAIN).expect("the default retention parses")),
-            db_timeout: Duration::from_secs(2),
-            header_timeout: Duration::from_secs(10),
-            shutdown_grace: Duration::from_secs(5),
+            retain: Some(default_duration(DEFAULT_RETAIN)),
+            db_timeout: default_duration(DEFAULT_DB_TIMEOUT),
+            header_timeout: default_duration(DEFAULT_HEADER_TIMEOUT),
+            shutdown_grace: default_duration(DEFAULT_SHUTDOWN_GRACE),
             tls_cert: None,
             tls_key: None,
             airflow_url: None,

@@ -17,7 +17,10 @@ use batchgate::client::people::{
     self, AlertsArgs, BatchesArgs, DatasetArgs, InvalidateArgs, PartitionsArgs, ReadyArgs, RepairArgs,
 };
 use batchgate::clock::SystemClock;
-use batchgate::config::{redact, AirflowAuth, Settings, DEFAULT_DATABASE_URL, DEFAULT_LISTEN, DEFAULT_RETAIN};
+use batchgate::config::{
+    redact, AirflowAuth, Settings, DEFAULT_DATABASE_URL, DEFAULT_DB_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_LISTEN,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_RETAIN, DEFAULT_SCAN_INTERVAL, DEFAULT_SHUTDOWN_GRACE, DEFAULT_WEBHOOK_BACKOFF,
+};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
@@ -105,7 +108,7 @@ struct DbArgs {
     database_url: String,
     /// Longest wait for the database (connecting, a pooled connection, a
     /// lock) before a request answers 503 storage_unavailable.
-    #[arg(long, env = "BATCHGATE_DB_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "BATCHGATE_DB_TIMEOUT", default_value = DEFAULT_DB_TIMEOUT, value_parser = humantime::parse_duration)]
     db_timeout: Duration,
 }
 
@@ -142,20 +145,20 @@ struct ServeArgs {
     #[arg(long, env = "BATCHGATE_LISTEN", default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
     /// Most database connections this instance opens.
-    #[arg(long, env = "BATCHGATE_MAX_CONNECTIONS", default_value_t = 10)]
+    #[arg(long, env = "BATCHGATE_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     max_connections: u32,
     /// How often leases, deadlines and the webhook outbox are scanned.
-    #[arg(long, env = "BATCHGATE_SCAN_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "BATCHGATE_SCAN_INTERVAL", default_value = DEFAULT_SCAN_INTERVAL, value_parser = humantime::parse_duration)]
     scan_interval: Duration,
     /// Every alert is POSTed here as JSON.
     #[arg(long, env = "BATCHGATE_WEBHOOK_URL")]
     webhook_url: Option<String>,
     /// First wait before a failed webhook delivery is retried (doubling, at most 5 minutes).
-    #[arg(long, env = "BATCHGATE_WEBHOOK_BACKOFF", default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "BATCHGATE_WEBHOOK_BACKOFF", default_value = DEFAULT_WEBHOOK_BACKOFF, value_parser = humantime::parse_duration)]
     webhook_backoff: Duration,
     /// Require a token: `required`, `off`, or `auto` (off on a loopback
     /// listen address, required on any other).
-    #[arg(long, env = "BATCHGATE_AUTH", value_enum, default_value = "auto")]
+    #[arg(long, env = "BATCHGATE_AUTH", value_enum, default_value_t = AuthMode::default())]
     auth: AuthMode,
     /// Let `/ready` answer without a token (for sensors that cannot send headers).
     #[arg(long, env = "BATCHGATE_PUBLIC_READY")]
@@ -187,10 +190,10 @@ struct ServeArgs {
     retain: Duration,
     /// A client must send a whole request head within this; a keep-alive
     /// connection idle this long is closed.
-    #[arg(long, env = "BATCHGATE_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "BATCHGATE_HEADER_TIMEOUT", default_value = DEFAULT_HEADER_TIMEOUT, value_parser = humantime::parse_duration)]
     header_timeout: Duration,
     /// On SIGTERM, longest wait for requests in flight before exiting.
-    #[arg(long, env = "BATCHGATE_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "BATCHGATE_SHUTDOWN_GRACE", default_value = DEFAULT_SHUTDOWN_GRACE, value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
     /// Serve HTTPS with this certificate chain (PEM; needs --tls-key).
     #[arg(long, env = "BATCHGATE_TLS_CERT", requires = "tls_key")]
@@ -278,7 +281,8 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 async fn token(command: TokenCommand) -> anyhow::Result<()> {
     use batchgate::store::{SqlStore, Store};
     let open = |db: DbArgs| async move {
-        SqlStore::connect(&db.database_url, &Default::default(), Arc::new(SystemClock)).await
+        let opts = batchgate::store::DbOptions { timeout: db.db_timeout, ..Default::default() };
+        SqlStore::connect(&db.database_url, &opts, Arc::new(SystemClock)).await
     };
     match command {
         TokenCommand::Create { db, name, scopes, expires } => {

@@ -79,18 +79,39 @@ pub struct DatasetPolicy {
     pub events_url: Option<String>,
 }
 
+// The policy a dataset gets for what a PUT leaves out, or when a batch is
+// started for a dataset nobody described: written here once.
+// `DatasetPolicy::default` is made of them, the HTTP layer fills a PUT from
+// it, and the store always writes a dataset's every column from a
+// `DatasetPolicy`. The `DEFAULT`s on the `datasets` columns in the first
+// migrations (0001, 0002) repeat these values but never decide anything: an
+// applied migration cannot change, so they stay.
+
+/// The tier of a dataset whose policy does not name one.
+pub const DEFAULT_TIER: Tier = Tier::Standard;
+pub const DEFAULT_WRITE_MODE: WriteMode = WriteMode::OverwritePartition;
+/// The zone a dataset's data dates are read in.
+pub const DEFAULT_TIMEZONE: &str = "UTC";
+/// Largest allowed `|row_count − baseline| / baseline`.
+pub const DEFAULT_MAX_VOLUME_CHANGE: f64 = 0.3;
+/// Earlier published data dates the volume baseline is the median of.
+pub const DEFAULT_BASELINE_PERIODS: u32 = 7;
+pub const DEFAULT_ALLOW_EMPTY: bool = false;
+/// Most partitions one `overwrite_partition` batch may replace: a month of days.
+pub const DEFAULT_MAX_PARTITIONS_PER_BATCH: u32 = 31;
+
 impl Default for DatasetPolicy {
     fn default() -> Self {
         Self {
-            tier: Tier::Standard,
-            write_mode: WriteMode::OverwritePartition,
+            tier: DEFAULT_TIER,
+            write_mode: DEFAULT_WRITE_MODE,
             unique_key: Vec::new(),
-            timezone: "UTC".into(),
-            max_volume_change: 0.3,
-            baseline_periods: 7,
-            allow_empty: false,
+            timezone: DEFAULT_TIMEZONE.into(),
+            max_volume_change: DEFAULT_MAX_VOLUME_CHANGE,
+            baseline_periods: DEFAULT_BASELINE_PERIODS,
+            allow_empty: DEFAULT_ALLOW_EMPTY,
             owner: None,
-            max_partitions_per_batch: 31,
+            max_partitions_per_batch: DEFAULT_MAX_PARTITIONS_PER_BATCH,
             deadline: None,
             webhook_url: None,
             airflow_asset: None,

@@ -229,11 +229,7 @@ impl SqlStore {
             }
         }
 
-        c.exec(
-            "INSERT INTO datasets (name, created_at, updated_at) VALUES ($1, $2, $2) ON CONFLICT (name) DO NOTHING",
-            args![dataset, now],
-        )
-        .await?;
+        super::reads::ensure_dataset(&mut c, dataset, now).await?;
         let policy = load_policy(&mut c, dataset).await?.policy();
         guard_scope(&policy, &req)?;
         guard_partition_key(&policy, &req)?;

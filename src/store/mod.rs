@@ -340,12 +340,12 @@ pub struct DbOptions {
 impl Default for DbOptions {
     fn default() -> Self {
         Self {
-            max_connections: 10,
+            max_connections: crate::config::DEFAULT_MAX_CONNECTIONS,
             webhook_url: None,
             events_urls: Vec::new(),
             airflow_url: None,
             metrics: Arc::default(),
-            timeout: std::time::Duration::from_secs(2),
+            timeout: crate::config::default_duration(crate::config::DEFAULT_DB_TIMEOUT),
         }
     }
 }

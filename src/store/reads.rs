@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 
 use super::batches::{load_record, BATCH_COLUMNS, LOG_COLUMNS};
-use super::db::{args, Arg};
+use super::db::{args, Arg, Conn};
 use super::lineage::InputRecord;
 use super::records::{BatchRow, DatasetRow, LogRow, DATASET_COLUMNS, PARTITION_COLUMNS};
 use super::*;
@@ -43,6 +43,43 @@ impl Filter {
     }
 }
 
+/// A dataset row with every policy column given: what a policy says is
+/// written, never a column's SQL `DEFAULT` (see [`crate::domain::policy`]).
+/// Its values are [`dataset_args`].
+const INSERT_DATASET: &str =
+    "INSERT INTO datasets (name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, \
+       max_partitions_per_batch, deadline, webhook_url, airflow_asset, partition_key, events_url, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15, $16, $13, $13)";
+
+fn dataset_args(name: &str, p: &DatasetPolicy, now: DateTime<Utc>) -> Vec<Arg> {
+    args![
+        name,
+        p.tier.as_str(),
+        p.write_mode.as_str(),
+        sqlx::types::Json(&p.unique_key),
+        p.timezone.clone(),
+        p.max_volume_change,
+        i64::from(p.baseline_periods),
+        p.allow_empty,
+        p.owner.clone(),
+        i64::from(p.max_partitions_per_batch),
+        p.deadline.as_ref().map(sqlx::types::Json),
+        p.webhook_url.clone(),
+        now,
+        p.airflow_asset.clone(),
+        p.partition_key.clone(),
+        p.events_url.clone()
+    ]
+}
+
+/// Makes a dataset nobody described (a batch names it first) with the
+/// default policy, written out in full; one that exists is left as it is.
+pub(super) async fn ensure_dataset(c: &mut Conn<'_>, name: &str, now: DateTime<Utc>) -> Result<()> {
+    let sql = format!("{INSERT_DATASET} ON CONFLICT (name) DO NOTHING");
+    c.exec(&sql, dataset_args(name, &DatasetPolicy::default(), now)).await?;
+    Ok(())
+}
+
 #[async_trait]
 impl Store for SqlStore {
     fn backend(&self) -> &'static str {
@@ -73,9 +110,7 @@ impl Store for SqlStore {
         let existed: Option<(String,)> =
             c.opt("SELECT name FROM datasets WHERE name = $1", args![name.as_str()]).await?;
         let sql = format!(
-            "INSERT INTO datasets (name, tier, write_mode, unique_key, timezone, max_volume_change, baseline_periods, allow_empty, owner, \
-               max_partitions_per_batch, deadline, webhook_url, airflow_asset, partition_key, events_url, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $14, $15, $16, $13, $13) \
+            "{INSERT_DATASET} \
              ON CONFLICT (name) DO UPDATE SET tier = excluded.tier, write_mode = excluded.write_mode, unique_key = excluded.unique_key, \
                timezone = excluded.timezone, max_volume_change = excluded.max_volume_change, baseline_periods = excluded.baseline_periods, \
                allow_empty = excluded.allow_empty, owner = excluded.owner, max_partitions_per_batch = excluded.max_partitions_per_batch, \
@@ -83,29 +118,7 @@ impl Store for SqlStore {
                partition_key = excluded.partition_key, events_url = excluded.events_url, updated_at = excluded.updated_at \
              RETURNING {DATASET_COLUMNS}"
         );
-        let row: DatasetRow = c
-            .one(
-                &sql,
-                args![
-                    name.as_str(),
-                    p.tier.as_str(),
-                    p.write_mode.as_str(),
-                    sqlx::types::Json(&p.unique_key),
-                    p.timezone.clone(),
-                    p.max_volume_change,
-                    i64::from(p.baseline_periods),
-                    p.allow_empty,
-                    p.owner.clone(),
-                    i64::from(p.max_partitions_per_batch),
-                    p.deadline.as_ref().map(sqlx::types::Json),
-                    p.webhook_url.clone(),
-                    now,
-                    p.airflow_asset.clone(),
-                    p.partition_key.clone(),
-                    p.events_url.clone()
-                ],
-            )
-            .await?;
+        let row: DatasetRow = c.one(&sql, dataset_args(name.as_str(), p, now)).await?;
         tx.commit().await?;
         Ok((row.into(), existed.is_none()))
     }

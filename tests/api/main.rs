@@ -13,6 +13,7 @@ mod concurrency;
 mod conformance;
 mod console;
 mod crash;
+mod defaults;
 mod edge;
 mod faults;
 mod fitness;
