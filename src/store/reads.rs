@@ -43,6 +43,11 @@ impl Filter {
     }
 }
 
+/// Partitions as one log field: `dt=2026-08-24,dt=2026-08-25`.
+fn partition_list(partitions: &[PartitionSpec]) -> String {
+    partitions.iter().map(PartitionSpec::as_str).collect::<Vec<_>>().join(",")
+}
+
 /// A dataset row with every policy column given: what a policy says is
 /// written, never a column's SQL `DEFAULT` (see [`crate::domain::policy`]).
 /// Its values are [`dataset_args`].
@@ -103,6 +108,7 @@ impl Store for SqlStore {
         Ok(())
     }
 
+    #[tracing::instrument(skip_all, fields(dataset = %name))]
     async fn put_dataset(&self, name: &DatasetName, p: &DatasetPolicy) -> Result<(DatasetRecord, bool)> {
         let now = self.now();
         let mut tx = self.begin_write().await?;
@@ -135,25 +141,35 @@ impl Store for SqlStore {
         Ok(r.conn().all::<DatasetRow>(&sql, args![]).await?.into_iter().map(Into::into).collect())
     }
 
+    #[tracing::instrument(skip_all, fields(dataset = %req.dataset, task = req.task.as_str(), dt = %req.dt, partitions = %partition_list(&req.partitions), batch_id = tracing::field::Empty))]
     async fn start_batch(&self, req: StartBatch) -> Result<Started> {
-        self.do_start(req).await
+        let started = self.do_start(req).await?;
+        tracing::Span::current().record("batch_id", started.batch_id.as_str());
+        Ok(started)
     }
 
+    #[tracing::instrument(skip_all, fields(batch_id = %batch_id))]
     async fn heartbeat(&self, batch_id: &str) -> Result<Lease> {
         self.do_heartbeat(batch_id).await
     }
 
+    #[tracing::instrument(skip_all, fields(batch_id = %batch_id, replayed = tracing::field::Empty))]
     async fn commit_batch(&self, batch_id: &str, evidence: CommitEvidence, fingerprint: String) -> Result<Decision> {
         let began = std::time::Instant::now();
         let decision = self.do_commit(batch_id, evidence, fingerprint).await?;
         self.metrics.commit_took(began.elapsed().as_secs_f64());
+        tracing::Span::current().record("replayed", decision.replayed);
         Ok(decision)
     }
 
+    #[tracing::instrument(skip_all, fields(batch_id = %batch_id, stage = %report.stage, replayed = tracing::field::Empty))]
     async fn fail_batch(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
-        self.do_fail(batch_id, report, fingerprint).await
+        let decision = self.do_fail(batch_id, report, fingerprint).await?;
+        tracing::Span::current().record("replayed", decision.replayed);
+        Ok(decision)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(batch_id = %batch_id))]
     async fn get_batch(&self, batch_id: &str) -> Result<Option<BatchRecord>> {
         let mut r = self.read().await?;
         load_record(&mut r.conn(), batch_id).await
@@ -257,6 +273,7 @@ impl Store for SqlStore {
         Ok(Page { items, next })
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dataset = %dataset))]
     async fn partition_status(&self, dataset: &str, partitions: &[String]) -> Result<Vec<Option<PartitionRecord>>> {
         if partitions.is_empty() {
             return Ok(Vec::new());
@@ -293,14 +310,17 @@ impl Store for SqlStore {
         Ok(Some(TaskLatest { batch_id, dataset, partitions: parts.into_iter().map(|(p,)| p).collect() }))
     }
 
+    #[tracing::instrument(skip_all, fields(batch_id = %batch_id))]
     async fn record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord> {
         self.do_record_written(batch_id, partitions).await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn expire_leases(&self) -> Result<Vec<String>> {
         self.do_expire_leases().await
     }
 
+    #[tracing::instrument(skip_all)]
     async fn check_deadlines(&self) -> Result<usize> {
         self.do_check_deadlines().await
     }
@@ -333,6 +353,7 @@ impl Store for SqlStore {
         self.do_list_deliveries(q).await
     }
 
+    #[tracing::instrument(skip_all, fields(%kind, dataset = %dataset, partition))]
     async fn raise_push_alert(
         &self,
         kind: crate::domain::alerts::AlertKind,
@@ -344,6 +365,7 @@ impl Store for SqlStore {
         self.do_raise_push_alert(kind, dataset, partition, dedup_key, message).await
     }
 
+    #[tracing::instrument(skip_all, fields(%cutoff))]
     async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {
         self.do_prune(cutoff).await
     }
@@ -352,6 +374,7 @@ impl Store for SqlStore {
         self.do_changes_horizon().await
     }
 
+    #[tracing::instrument(skip_all, fields(dataset = %dataset, partition = %partition))]
     async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
         self.do_invalidate(dataset, partition, reason).await
     }
@@ -360,14 +383,17 @@ impl Store for SqlStore {
         self.do_list_changes(after, dataset, limit).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dataset = %dataset, partition = %partition, ?direction, depth))]
     async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph> {
         self.do_lineage(dataset, partition, direction, depth).await
     }
 
+    #[tracing::instrument(skip_all, fields(dataset = %repair.dataset, partitions = %partition_list(&repair.partitions), action = %repair.action))]
     async fn create_repair(&self, repair: NewRepair) -> Result<crate::domain::repair::RepairPlan> {
         self.do_create_repair(repair).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(repair_id = id))]
     async fn get_repair(&self, id: i64) -> Result<Option<crate::domain::repair::RepairPlan>> {
         self.do_get_repair(id).await
     }
@@ -376,18 +402,22 @@ impl Store for SqlStore {
         self.do_list_repairs(limit).await
     }
 
+    #[tracing::instrument(skip_all, fields(run_id = event.run_id.as_deref(), event_type = event.event_type.as_deref()))]
     async fn record_lineage_event(&self, event: &LineageEvent) -> Result<Recorded> {
         self.do_record_lineage_event(event).await
     }
 
+    #[tracing::instrument(skip_all, fields(event_id = id))]
     async fn set_lineage_outcome(&self, id: i64, outcome: &serde_json::Value) -> Result<()> {
         self.do_set_lineage_outcome(id, outcome).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(run_id = %run_id))]
     async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>> {
         self.do_lineage_batches(run_id).await
     }
 
+    #[tracing::instrument(skip_all, fields(name = %token.name))]
     async fn create_token(&self, token: &NewToken) -> Result<TokenRecord> {
         self.do_create_token(token).await
     }
@@ -396,6 +426,7 @@ impl Store for SqlStore {
         self.do_list_tokens().await
     }
 
+    #[tracing::instrument(skip_all, fields(name = %name))]
     async fn revoke_token(&self, name: &str) -> Result<bool> {
         self.do_revoke_token(name).await
     }

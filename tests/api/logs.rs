@@ -199,3 +199,59 @@ async fn with_auth_on_the_decision_names_the_authenticated_actor() {
     assert_eq!(decision["request_id"], "req-auth-1");
     assert!(!log.contains(token), "the token never reaches the log");
 }
+
+/// Published, rejected, failed and abandoned: each decision leaves exactly
+/// one info line naming its batch, inside the span of the store operation
+/// that took it (`#[instrument]`: the operation and the batch id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_decision_leaves_one_info_line_inside_its_store_span() {
+    let db = TestDb::create(Backend::Sqlite).await.expect("SQLite is always available");
+    let server = Server::start(&db, &["--log-format", "json"]).await;
+    let base = &server.base;
+    let client = reqwest::Client::new();
+    let start = |dt: &str, lease: u64| json!({"task": "t", "dataset": "d.decided", "dt": dt, "partitions": [format!("dt={dt}")], "lease_seconds": lease});
+    let started = |resp: reqwest::Response| async move {
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        resp.json::<Value>().await.unwrap()["batch_id"].as_str().unwrap().to_owned()
+    };
+
+    let published =
+        started(client.post(format!("{base}/v1/batches")).json(&start("2026-08-20", 3600)).send().await.unwrap()).await;
+    let clean =
+        json!({"marker": "m", "partitions": [{"partition": "dt=2026-08-20", "rows_written": 5, "row_count": 5}]});
+    let resp = client.post(format!("{base}/v1/batches/{published}/commit")).json(&clean).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let rejected = reject(base, "req-every-1").await;
+    let failed = fail(base).await;
+    // A lease of one second, not renewed: the next start on the partition abandons it.
+    let abandoned =
+        started(client.post(format!("{base}/v1/batches")).json(&start("2026-08-21", 1)).send().await.unwrap()).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let newer =
+        started(client.post(format!("{base}/v1/batches")).json(&start("2026-08-21", 3600)).send().await.unwrap()).await;
+    let log = server.output();
+
+    let lines: Vec<Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    for (message, id, op) in [
+        ("batch published", &published, "commit_batch"),
+        ("batch rejected", &rejected, "commit_batch"),
+        ("batch failed", &failed, "fail_batch"),
+        ("batch abandoned: its lease expired", &abandoned, "start_batch"),
+    ] {
+        let found: Vec<&Value> =
+            lines.iter().filter(|l| l["message"] == message && l["batch_id"] == id.as_str()).collect();
+        assert_eq!(found.len(), 1, "one {message:?} line for {id} in:\n{log}");
+        let line = found[0];
+        assert_eq!(line["level"], "INFO", "{line}");
+        assert_eq!(line["target"], "batchgate::decision", "{line}");
+        let spans = line["spans"].as_array().unwrap_or_else(|| panic!("spans in {line}"));
+        let span = spans.iter().find(|s| s["name"] == op).unwrap_or_else(|| panic!("inside {op}: {line}"));
+        if op != "start_batch" {
+            assert_eq!(span["batch_id"], id.as_str(), "{line}");
+        } else {
+            assert_eq!(span["dataset"], "d.decided", "{line}");
+        }
+    }
+    let abandon = lines.iter().find(|l| l["message"] == "batch abandoned: its lease expired").unwrap();
+    assert_eq!(abandon["superseded_by"], newer.as_str(), "{abandon}");
+}
