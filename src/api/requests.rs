@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use crate::domain::batch::{FailCategory, FailStage, Trigger};
 use crate::domain::deadline::Deadline;
-use crate::domain::policy::{Tier, WriteMode};
+use crate::domain::policy::{self, Tier, WriteMode};
 
 /// Starts a batch: one attempt by one task to produce one data date of one dataset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -210,37 +210,41 @@ pub struct FailRequest {
     "timezone": "Asia/Shanghai", "max_volume_change": 0.3, "baseline_periods": 7, "allow_empty": false,
     "owner": "data-platform"}))]
 pub struct PolicyRequest {
-    /// Default `standard`.
+    /// How much the gate blocks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = json!(policy::DEFAULT_TIER))]
     pub tier: Option<Tier>,
-    /// Default `overwrite_partition`.
+    /// How the producing task writes its partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = json!(policy::DEFAULT_WRITE_MODE))]
     pub write_mode: Option<WriteMode>,
     /// Column names (no white space or control characters); default none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<Vec<String>>,
-    /// An IANA time zone (default `UTC`).
+    /// An IANA time zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = json!(policy::DEFAULT_TIMEZONE))]
     pub timezone: Option<String>,
-    /// Largest allowed `|row_count − baseline| / baseline` (default 0.3).
+    /// Largest allowed `|row_count − baseline| / baseline`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, default = json!(policy::DEFAULT_MAX_VOLUME_CHANGE))]
     pub max_volume_change: Option<f64>,
     /// How many earlier published dts form the volume baseline (their
-    /// median); 1 to 366, default 7.
+    /// median); 1 to 366.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 366)]
+    #[schema(minimum = 1, maximum = 366, default = json!(policy::DEFAULT_BASELINE_PERIODS))]
     pub baseline_periods: Option<u32>,
-    /// Accept a batch that wrote no rows (default false).
+    /// Accept a batch that wrote no rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = json!(policy::DEFAULT_ALLOW_EMPTY))]
     pub allow_empty: Option<bool>,
     /// Empty is the same as absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// Most partitions one overwrite_partition batch may replace (422
-    /// `overwrite_scope_too_wide` beyond); default 31.
+    /// `overwrite_scope_too_wide` beyond).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, default = json!(policy::DEFAULT_MAX_PARTITIONS_PER_BATCH))]
     pub max_partitions_per_batch: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Deadline>,

@@ -126,7 +126,7 @@ fn dataset_name(raw: &str) -> Result<DatasetName> {
     tag = "datasets",
     operation_id = "putDataset",
     summary = "Set a dataset's policy",
-    description = "Creates the dataset or replaces its whole policy: a field left out takes its default (`tier` standard, `write_mode` overwrite_partition, `unique_key` [], `timezone` UTC, `max_volume_change` 0.3, `baseline_periods` 7, `allow_empty` false).",
+    description = "Creates the dataset or replaces its whole policy: a field left out takes its default (each field's `default` in the schema; `unique_key` none).",
     params(
         crate::api::DatasetPath,
     ),
