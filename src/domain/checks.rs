@@ -20,8 +20,8 @@ pub struct PartitionEvidence {
     pub metrics: BTreeMap<String, f64>,
 }
 
-/// Counts taken from the source the batch read.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// Counts taken from the source the batch read (stored as the batch's `source`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct SourceEvidence {
     pub row_count: Option<i64>,
     pub metrics: BTreeMap<String, f64>,

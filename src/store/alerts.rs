@@ -4,7 +4,6 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sqlx::types::Json;
 
 use super::db::{args, Conn};
@@ -32,9 +31,8 @@ pub(super) struct NewAlert {
     pub batch_id: Option<String>,
     pub stage: Option<FailStage>,
     pub category: Option<FailCategory>,
-    /// The failed checks of a rejection (`Vec<CheckResult>` as JSON): still a
-    /// `Value` because `decide.rs` builds it; read back typed in [`AlertRecord`].
-    pub failing_checks: Value,
+    /// The failed checks of a rejection.
+    pub failing_checks: Vec<CheckResult>,
     pub owner: Option<String>,
     pub action: Action,
     pub retryable: bool,
@@ -62,7 +60,7 @@ impl NewAlert {
             batch_id: Some(b.batch_id.clone()),
             stage: None,
             category: None,
-            failing_checks: Value::Array(Vec::new()),
+            failing_checks: Vec::new(),
             owner: policy.owner.clone(),
             action: advice.action,
             retryable: advice.retryable,
@@ -156,7 +154,7 @@ pub(super) async fn raise(
                 a.batch_id,
                 a.stage,
                 a.category,
-                a.failing_checks,
+                Json(&a.failing_checks),
                 Json(&downstream),
                 a.owner,
                 a.action,

@@ -6,18 +6,19 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::json;
+use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::batches::{event, load_policy, load_record, not_found, partitions_of, settle};
 use super::db::{args, Conn};
+use super::events;
 use super::lineage;
-use super::records::BatchRow;
+use super::records::{self, BatchRow};
 use super::{BatchRecord, Decided, Decision, FailReport, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Advice, AlertKind, OwnerOf};
 use crate::domain::batch::{BatchState, EventKind, FailStage};
-use crate::domain::checks::{self, CheckResult, CommitEvidence, PartitionHistory};
+use crate::domain::checks::{self, CheckName, CheckResult, CommitEvidence, PartitionHistory};
 use crate::domain::names::PartitionSpec;
 use crate::domain::policy::DatasetPolicy;
 use crate::error::{Error, Result};
@@ -133,8 +134,7 @@ impl SqlStore {
     /// the decision from it.
     async fn record_decision(c: &mut Conn<'_>, batch_id: &str) -> Result<Decision> {
         let record = load_record(c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
-        let stored = serde_json::to_value(&record).map_err(anyhow::Error::from)?;
-        c.exec("UPDATE batches SET decision_body = $2 WHERE batch_id = $1", args![batch_id, stored]).await?;
+        c.exec("UPDATE batches SET decision_body = $2 WHERE batch_id = $1", args![batch_id, Json(&record)]).await?;
         Decision::recorded(record, false)
     }
 
@@ -164,18 +164,12 @@ impl SqlStore {
                     args![&b.dataset, p.as_str()],
                 )
                 .await?;
-            let baseline: Vec<(i64,)> = c
-                .all(
-                    "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2 AND dt < $3 \
-                       AND version > 0 AND published_row_count IS NOT NULL ORDER BY dt DESC LIMIT $4",
-                    args![&b.dataset, baseline_key, b.dt, i64::from(policy.baseline_periods)],
-                )
-                .await?;
+            let baseline = records::baseline(&mut c, &b.dataset, &baseline_key, b.dt, policy.baseline_periods).await?;
             history.insert(
                 p.clone(),
                 PartitionHistory {
                     published_row_count: if version > 0 { published_row_count } else { None },
-                    baseline: baseline.into_iter().map(|(n,)| n).collect(),
+                    baseline,
                 },
             );
         }
@@ -185,14 +179,13 @@ impl SqlStore {
             c.exec(
                 "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7 \
                  WHERE batch_id = $1 AND target_partition = $2",
-                args![batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, json!(p.metrics)],
+                args![batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, Json(&p.metrics)],
             )
             .await?;
         }
-        let source = evidence.source.as_ref().map(|s| json!({"row_count": s.row_count, "metrics": s.metrics}));
         c.exec(
             "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5 WHERE batch_id = $1",
-            args![batch_id, evidence.marker.clone(), source, json!(verdict.checks), fingerprint],
+            args![batch_id, evidence.marker.clone(), evidence.source.as_ref().map(Json), Json(&verdict.checks), fingerprint],
         )
         .await?;
 
@@ -233,22 +226,22 @@ impl SqlStore {
                 batch_id,
                 EventKind::Committed,
                 now,
-                json!({"state": "published", "marker": evidence.marker}),
+                events::Committed::Published { marker: Some(evidence.marker.clone()) },
             )
             .await?;
             alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
             changed
         } else {
             let changed = settle(&mut c, &b, BatchState::Rejected, now).await?;
-            let failed: Vec<&str> = verdict.failed_checks().map(|c| c.name.as_str()).collect();
-            event(&mut c, batch_id, EventKind::Committed, now, json!({"state": "rejected", "failed_checks": failed}))
-                .await?;
+            let failed: Vec<CheckName> = verdict.failed_checks().map(|c| c.name).collect();
+            let names: Vec<&str> = failed.iter().map(|c| c.as_str()).collect();
+            let detail = events::Committed::Rejected { failed_checks: failed.clone() };
+            event(&mut c, batch_id, EventKind::Committed, now, detail).await?;
             let advice = alert_rules::for_rejection(verdict.checks.iter().map(|c| (c.name, c.status)));
-            let failing: Vec<&CheckResult> = verdict.failed_checks().collect();
-            let message = format!("batch {batch_id} was rejected: {} failed", failed.join(", "));
+            let message = format!("batch {batch_id} was rejected: {} failed", names.join(", "));
             let alert = NewAlert {
                 stage: Some(FailStage::Verify),
-                failing_checks: json!(failing),
+                failing_checks: verdict.failed_checks().cloned().collect(),
                 owner: owner_for(&mut c, advice, &b, &policy).await?,
                 ..NewAlert::about_batch(AlertKind::Rejected, &b, &policy, changed.clone(), advice, message)
             };
@@ -280,7 +273,7 @@ impl SqlStore {
             if answer.is_err() && matches!(b.state(), BatchState::Published | BatchState::Superseded) {
                 // The task thinks it failed, but its commit went through: it
                 // never heard the acknowledgement. Keep that in the history.
-                let detail = json!({"stage": report.stage, "category": report.category, "message": report.message});
+                let detail = events::Failed { stage: report.stage, category: report.category, message: report.message };
                 event(&mut tx.conn(), batch_id, EventKind::FailAfterPublish, now, detail).await?;
                 tx.commit().await?;
             }
@@ -299,7 +292,7 @@ impl SqlStore {
             batch_id,
             EventKind::Failed,
             now,
-            json!({"stage": report.stage, "category": report.category, "message": report.message}),
+            events::Failed { stage: report.stage, category: report.category, message: report.message.clone() },
         )
         .await?;
         let policy = load_policy(&mut c, &b.dataset).await?.policy();
@@ -348,7 +341,7 @@ async fn supersede(c: &mut Conn<'_>, prev: &str, partition: &str, by: &str, now:
             .exec("UPDATE batches SET state = 'superseded', superseded_by = $2 WHERE batch_id = $1 AND state = 'published'", args![prev, by])
             .await?;
         if n > 0 {
-            event(c, prev, EventKind::Superseded, now, json!({"by": by})).await?;
+            event(c, prev, EventKind::Superseded, now, events::Superseded { by: by.to_owned() }).await?;
         }
     }
     Ok(())

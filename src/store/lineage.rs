@@ -342,7 +342,7 @@ async fn propagate(
                     batch_id: cbatch.clone(),
                     stage: None,
                     category: None,
-                    failing_checks: serde_json::Value::Array(vec![]),
+                    failing_checks: Vec::new(),
                     owner: policy.owner.clone(),
                     action: Action::RecomputeDownstream,
                     retryable: true,

@@ -375,7 +375,7 @@ impl SqlStore {
             batch_id: None,
             stage: None,
             category: None,
-            failing_checks: Value::Array(Vec::new()),
+            failing_checks: Vec::new(),
             owner: policy.owner.clone(),
             action: Action::FixAirflowAsset,
             retryable: true,

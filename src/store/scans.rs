@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, NaiveDate, Utc};
-use serde_json::Value;
 
 use super::alerts::{self, AlertRecord, NewAlert, ALERT_COLUMNS};
 use super::batches::{event, load_batch, load_policy, load_record, not_found, to_details, BatchAndState};
@@ -171,7 +170,7 @@ impl SqlStore {
                 batch_id: None,
                 stage: None,
                 category: None,
-                failing_checks: Value::Array(Vec::new()),
+                failing_checks: Vec::new(),
                 owner: policy.owner.clone(),
                 action: advice.action,
                 retryable: advice.retryable,
