@@ -30,7 +30,7 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::domain::outbound::AllowList;
 use crate::scanner::Scanner;
-use crate::store::{DbOptions, SqlStore, Store};
+use crate::store::{DbOptions, SqlStore};
 use crate::telemetry::Metrics;
 
 /// Stops a background task when dropped.

@@ -279,7 +279,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
 /// `batchgate token …`: straight on the database, for whoever holds its URL
 /// (the first admin token, or when the service is down).
 async fn token(command: TokenCommand) -> anyhow::Result<()> {
-    use batchgate::store::{SqlStore, Store};
+    use batchgate::store::SqlStore;
     let open = |db: DbArgs| async move {
         let opts = batchgate::store::DbOptions { timeout: db.db_timeout, ..Default::default() };
         SqlStore::connect(&db.database_url, &opts, Arc::new(SystemClock)).await

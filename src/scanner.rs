@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::domain::outbound::AllowList;
 use crate::outbox::{Delivery, Sender};
-use crate::store::Store;
+use crate::store::SqlStore;
 
 pub use crate::outbox::{backoff, MAX_BACKOFF};
 
@@ -25,7 +25,7 @@ const BATCH: i64 = 50;
 const PRUNE_EVERY: chrono::Duration = chrono::Duration::hours(1);
 
 pub struct Scanner {
-    store: Arc<dyn Store>,
+    store: Arc<SqlStore>,
     clock: Arc<dyn Clock>,
     sender: Sender,
     retain: Option<chrono::Duration>,
@@ -49,7 +49,7 @@ impl Scanner {
     /// The scanner for `settings`: fails on a bad `--webhook-allow` entry or
     /// an unreadable `--webhook-ca-file`.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<SqlStore>,
         clock: Arc<dyn Clock>,
         allow: Arc<AllowList>,
         settings: &Settings,

@@ -28,7 +28,7 @@ use chrono::Duration;
 
 use crate::changes::{ChangeHub, Generation};
 use crate::clock::Clock;
-use crate::store::{Store, TokenRecord};
+use crate::store::{SqlStore, TokenRecord};
 pub use jwt::{JwtSettings, JwtVerifier};
 pub use scopes::{Kind, Scope};
 
@@ -103,7 +103,7 @@ const TOUCH_EVERY: Duration = Duration::seconds(60);
 /// hub hears of, which includes revocations on any replica), the bootstrap
 /// token from the environment, and JWTs.
 pub struct Authenticator {
-    store: Arc<dyn Store>,
+    store: Arc<SqlStore>,
     hub: Arc<ChangeHub>,
     clock: Arc<dyn Clock>,
     /// SHA-256 of `BATCHGATE_BOOTSTRAP_TOKEN`.
@@ -118,7 +118,7 @@ pub struct Authenticator {
 
 impl Authenticator {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<SqlStore>,
         hub: Arc<ChangeHub>,
         clock: Arc<dyn Clock>,
         bootstrap: Option<&str>,
@@ -235,7 +235,7 @@ pub struct Gate {
 /// the hash, and returns the secret, which exists nowhere else from then on.
 /// Shared by `POST /v1/tokens` and `batchgate token create`.
 pub async fn issue_token(
-    store: &dyn Store,
+    store: &SqlStore,
     now: chrono::DateTime<chrono::Utc>,
     name: &str,
     scopes: &[String],

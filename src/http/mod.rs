@@ -35,7 +35,7 @@ use crate::auth::Gate;
 use crate::changes::ChangeHub;
 use crate::domain::outbound::AllowList;
 use crate::server::Stopping;
-use crate::store::Store;
+use crate::store::SqlStore;
 use crate::telemetry::Metrics;
 
 /// Largest request body accepted.
@@ -46,7 +46,7 @@ pub const MAX_WAIT_SECONDS: f64 = 300.0;
 
 #[derive(Clone)]
 pub struct AppState {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<SqlStore>,
     pub hub: Arc<ChangeHub>,
     /// Who may do what; see [`crate::auth`].
     pub auth: Arc<Gate>,

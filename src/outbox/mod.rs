@@ -21,7 +21,7 @@ use crate::config::Settings;
 use crate::domain::alerts::AlertKind;
 use crate::domain::outbound::AllowList;
 use crate::domain::push::{PendingAssetEvent, Target};
-use crate::store::{OutboxItem, Store};
+use crate::store::{OutboxItem, SqlStore};
 
 /// Longest wait between two delivery attempts.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -46,7 +46,7 @@ pub enum Delivery {
 
 /// Sends deliveries and records what became of them.
 pub struct Sender {
-    store: Arc<dyn Store>,
+    store: Arc<SqlStore>,
     clock: Arc<dyn Clock>,
     http: reqwest::Client,
     backoff: Duration,
@@ -57,7 +57,7 @@ pub struct Sender {
 impl Sender {
     /// The sender for `settings`: fails on an unreadable `--webhook-ca-file`.
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<SqlStore>,
         clock: Arc<dyn Clock>,
         allow: Arc<AllowList>,
         settings: &Settings,

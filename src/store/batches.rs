@@ -193,7 +193,14 @@ pub(super) async fn load_policy(c: &mut Conn<'_>, dataset: &str) -> Result<Datas
 }
 
 impl SqlStore {
-    pub(super) async fn do_start(&self, req: StartBatch) -> Result<Started> {
+    #[tracing::instrument(skip_all, fields(dataset = %req.dataset, task = req.task.as_str(), dt = %req.dt, partitions = %super::partition_list(&req.partitions), batch_id = tracing::field::Empty))]
+    pub async fn start_batch(&self, req: StartBatch) -> Result<Started> {
+        let started = self.do_start(req).await?;
+        tracing::Span::current().record("batch_id", started.batch_id.as_str());
+        Ok(started)
+    }
+
+    async fn do_start(&self, req: StartBatch) -> Result<Started> {
         let now = self.now();
         let dataset = req.dataset.as_str();
         let mut tx = self.begin_write().await?;
@@ -229,7 +236,7 @@ impl SqlStore {
             }
         }
 
-        super::reads::ensure_dataset(&mut c, dataset, now).await?;
+        super::datasets::ensure_dataset(&mut c, dataset, now).await?;
         let policy = load_policy(&mut c, dataset).await?.policy();
         guard_scope(&policy, &req)?;
         guard_partition_key(&policy, &req)?;
@@ -453,7 +460,8 @@ impl SqlStore {
         Ok((tx, b))
     }
 
-    pub(super) async fn do_heartbeat(&self, batch_id: &str) -> Result<Lease> {
+    #[tracing::instrument(skip_all, fields(batch_id = %batch_id))]
+    pub async fn heartbeat(&self, batch_id: &str) -> Result<Lease> {
         let now = self.now();
         let (mut tx, b) = self.lock_batch(batch_id).await?;
         if b.state() != BatchState::Running {

@@ -12,8 +12,8 @@ use super::alerts::{self, NewAlert};
 use super::batches::{event, load_policy, load_record, not_found, partitions_of, settle};
 use super::db::{args, Conn};
 use super::events;
-use super::lineage;
 use super::records::{self, BatchRow};
+use super::staleness;
 use super::{BatchRecord, Decided, Decision, FailReport, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Advice, AlertKind, OwnerOf};
@@ -76,6 +76,27 @@ impl Decision {
 }
 
 impl SqlStore {
+    #[tracing::instrument(skip_all, fields(batch_id = %batch_id, stage = %report.stage, replayed = tracing::field::Empty))]
+    pub async fn fail_batch(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
+        let decision = self.do_fail(batch_id, report, fingerprint).await?;
+        tracing::Span::current().record("replayed", decision.replayed);
+        Ok(decision)
+    }
+
+    #[tracing::instrument(skip_all, fields(batch_id = %batch_id, replayed = tracing::field::Empty))]
+    pub async fn commit_batch(
+        &self,
+        batch_id: &str,
+        evidence: CommitEvidence,
+        fingerprint: String,
+    ) -> Result<Decision> {
+        let began = std::time::Instant::now();
+        let decision = self.do_commit(batch_id, evidence, fingerprint).await?;
+        self.metrics.commit_took(began.elapsed().as_secs_f64());
+        tracing::Span::current().record("replayed", decision.replayed);
+        Ok(decision)
+    }
+
     /// What to answer when a commit or fail arrives for a batch that is no
     /// longer running: the recorded answer if it is the same request again,
     /// else a conflict naming the state.
@@ -138,12 +159,7 @@ impl SqlStore {
         Decision::recorded(record, false)
     }
 
-    pub(super) async fn do_commit(
-        &self,
-        batch_id: &str,
-        evidence: CommitEvidence,
-        fingerprint: String,
-    ) -> Result<Decision> {
+    async fn do_commit(&self, batch_id: &str, evidence: CommitEvidence, fingerprint: String) -> Result<Decision> {
         let now = self.now();
         let (mut tx, b) = self.lock_batch(batch_id).await?;
         if b.state() != BatchState::Running {
@@ -219,7 +235,7 @@ impl SqlStore {
             }
             let changed = settle(&mut c, &b, BatchState::Published, now).await?;
             for (partition, version) in &published {
-                lineage::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut ripple).await?;
+                staleness::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut ripple).await?;
             }
             event(
                 &mut c,
@@ -265,7 +281,7 @@ impl SqlStore {
         Ok(decision)
     }
 
-    pub(super) async fn do_fail(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
+    async fn do_fail(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
         let now = self.now();
         let (mut tx, b) = self.lock_batch(batch_id).await?;
         if b.state() != BatchState::Running {

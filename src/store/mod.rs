@@ -1,4 +1,6 @@
-//! Storage: the registry behind the [`Store`] trait.
+//! Storage: the registry, [`SqlStore`], one implementation for both backends.
+//! Each operation is a method in the module named for what it changes or
+//! reads (`batches.rs` start and heartbeat, `decide.rs` commit and fail, …).
 //!
 //! Every operation that changes state runs in one transaction that loads the
 //! context a rule needs, asks [`crate::domain`] for the decision and writes it,
@@ -9,9 +11,11 @@
 
 mod alerts;
 mod batches;
+mod datasets;
 pub mod db;
 mod decide;
 pub mod events;
+mod feed;
 mod lineage;
 mod openlineage;
 mod outbox;
@@ -22,38 +26,35 @@ mod repairs;
 mod retention;
 mod scans;
 mod sqlite;
+mod staleness;
 mod tokens;
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
 pub use alerts::AlertRecord;
-pub use lineage::{
-    ChangeRecord, Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput, CONSUMERS_SQL,
-    DOWNSTREAM_SQL,
-};
+pub use feed::ChangeRecord;
+pub use lineage::{Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput, DOWNSTREAM_SQL};
 pub use openlineage::{LineageEvent, Recorded};
 pub use outbox::{DeliveryQuery, DeliveryRecord, OutboxItem, Receivers};
 pub use records::{fitness_of, BatchRecord, DatasetRecord, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
 pub use retention::{Pruned, PRUNE_BATCH};
+pub use staleness::CONSUMERS_SQL;
 pub use tokens::{AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOKENS_CHANGED};
 
-use crate::changes::{Change, ChangeHub, TaskLatest};
+use crate::changes::{Change, ChangeHub};
 use crate::clock::Clock;
 use crate::domain::batch::{BatchState, FailCategory, FailStage, Trigger};
-use crate::domain::checks::{CheckName, CommitEvidence};
+use crate::domain::checks::CheckName;
 use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
-use crate::domain::policy::DatasetPolicy;
-use crate::domain::repair::RepairPlan;
 use crate::domain::retry::RetryAdvice;
 use crate::error::Result;
-use crate::telemetry::{Metrics, StoreGauges};
-use db::{Pooled, Tx};
+use crate::telemetry::Metrics;
+use db::{args, Pooled, Tx};
 
 /// A request to start a batch, already parsed.
 #[derive(Debug, Clone)]
@@ -186,108 +187,6 @@ impl Serialize for Position {
             Position::Partition(dt, partition) => (dt, partition).serialize(s),
         }
     }
-}
-
-/// The registry.
-#[async_trait]
-pub trait Store: Send + Sync + 'static {
-    fn backend(&self) -> &'static str;
-    /// The hub this store publishes its changes to.
-    fn hub(&self) -> &Arc<ChangeHub>;
-    /// The registry's clock: what "now" is for leases and deadlines.
-    fn now(&self) -> DateTime<Utc>;
-    async fn health(&self) -> Result<()>;
-
-    async fn put_dataset(&self, name: &DatasetName, policy: &DatasetPolicy) -> Result<(DatasetRecord, bool)>;
-    async fn get_dataset(&self, name: &str) -> Result<Option<DatasetRecord>>;
-    async fn list_datasets(&self) -> Result<Vec<DatasetRecord>>;
-
-    async fn start_batch(&self, req: StartBatch) -> Result<Started>;
-    async fn heartbeat(&self, batch_id: &str) -> Result<Lease>;
-    async fn commit_batch(&self, batch_id: &str, evidence: CommitEvidence, fingerprint: String) -> Result<Decision>;
-    async fn fail_batch(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision>;
-
-    async fn get_batch(&self, batch_id: &str) -> Result<Option<BatchRecord>>;
-    async fn list_batches(&self, q: &BatchQuery) -> Result<Page<BatchRecord>>;
-    async fn list_partitions(&self, q: &PartitionQuery) -> Result<Page<PartitionRecord>>;
-    /// The current standing of each named partition, in order; `None` where
-    /// no batch ever named it.
-    async fn partition_status(&self, dataset: &str, partitions: &[String]) -> Result<Vec<Option<PartitionRecord>>>;
-    /// The latest batch a task started for a data date.
-    async fn latest_task_batch(&self, task: &str, dt: NaiveDate) -> Result<Option<TaskLatest>>;
-
-    /// Records that the task's write to the target committed.
-    async fn record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord>;
-    /// Abandons every running batch whose lease has expired; returns their ids.
-    async fn expire_leases(&self) -> Result<Vec<String>>;
-    /// Raises `deadline_missed` for data dates past their deadline; returns how many.
-    async fn check_deadlines(&self) -> Result<usize>;
-    async fn list_alerts(&self, q: &AlertQuery) -> Result<Page<AlertRecord>>;
-    /// Takes up to `limit` due deliveries (webhooks, Airflow asset events,
-    /// CloudEvents) for a while, so that no other replica sends them
-    /// meanwhile; never one that an earlier undelivered one of the same
-    /// partition and receiver holds back.
-    async fn claim_deliveries(&self, limit: i64) -> Result<Vec<OutboxItem>>;
-    async fn delivery_sent(&self, id: i64) -> Result<()>;
-    async fn delivery_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()>;
-    /// Gives a delivery up for good (its host is no longer allowed); `reason` is kept with it.
-    async fn delivery_given_up(&self, id: i64, reason: &str) -> Result<()>;
-    /// Hands a claimed delivery back unsent.
-    async fn release_delivery(&self, id: i64) -> Result<()>;
-    /// Deliveries, newest first.
-    async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliveryRecord>>;
-    /// Raises an alert about a dataset's pushes (at most once per `dedup_key`).
-    async fn raise_push_alert(
-        &self,
-        kind: crate::domain::alerts::AlertKind,
-        dataset: &str,
-        partition: Option<&str>,
-        dedup_key: &str,
-        message: &str,
-    ) -> Result<()>;
-    /// Prunes the change feed, resolved alerts, finished deliveries and raw
-    /// OpenLineage events older than `cutoff`, in small batches.
-    async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned>;
-    /// The highest change-feed position pruned so far (0: none): a cursor
-    /// below it points into pruned history.
-    async fn changes_horizon(&self) -> Result<i64>;
-
-    /// Takes a partition out of service until a new batch publishes it;
-    /// everything built on it goes stale.
-    async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()>;
-    /// Readiness changes after feed position `after`, in commit order.
-    async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>>;
-    async fn lineage(&self, dataset: &str, partition: &str, direction: Direction, depth: u32) -> Result<LineageGraph>;
-    /// Plans a repair from the registry's evidence.
-    async fn create_repair(&self, repair: NewRepair) -> Result<RepairPlan>;
-    /// A plan with its progress.
-    async fn get_repair(&self, id: i64) -> Result<Option<RepairPlan>>;
-    /// The most recent repair plans, newest first (without their progress).
-    async fn list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>>;
-
-    /// Stores an OpenLineage event as received, once: an exact repeat of a
-    /// stored event is not stored again.
-    async fn record_lineage_event(&self, event: &LineageEvent) -> Result<Recorded>;
-    /// Records what the intake made of a stored OpenLineage event.
-    async fn set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()>;
-    /// The batches an OpenLineage run started, oldest first.
-    async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>>;
-
-    /// Stores a token's hash; 409 `token_exists` when the name is taken.
-    async fn create_token(&self, token: &NewToken) -> Result<TokenRecord>;
-    /// Every token, by name (hashes included, for the caller to keep to itself).
-    async fn list_tokens(&self) -> Result<Vec<TokenRecord>>;
-    /// Deletes a token; every replica stops accepting it before this returns
-    /// (PostgreSQL: as far as the change acknowledgements reach). False when
-    /// there was none of that name.
-    async fn revoke_token(&self, name: &str) -> Result<bool>;
-    async fn find_token(&self, secret_hash: &str) -> Result<Option<TokenRecord>>;
-    async fn touch_token(&self, name: &str, at: DateTime<Utc>) -> Result<()>;
-    async fn record_audit(&self, entries: &[AuditEntry]) -> Result<()>;
-    async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>>;
-    /// What the database-backed gauges of `/metrics` show now (bounded
-    /// queries: one per dataset with a deadline, one on the outbox).
-    async fn gauges(&self) -> Result<StoreGauges>;
 }
 
 #[derive(Debug, Clone, Default)]
@@ -456,12 +355,37 @@ impl SqlStore {
         Ok(())
     }
 
-    fn now(&self) -> DateTime<Utc> {
+    pub fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// The hub this store publishes its changes to.
+    pub fn hub(&self) -> &Arc<ChangeHub> {
+        &self.hub
+    }
+
+    /// The registry's clock: what "now" is for leases and deadlines.
+    pub fn now(&self) -> DateTime<Utc> {
         self.clock.now()
     }
 
-    /// What a write's changes set off, starting empty.
-    fn ripple(&self) -> lineage::Ripple {
-        lineage::Ripple { changes: Vec::new(), receivers: self.receivers.clone() }
+    /// Whether the database answers.
+    pub async fn health(&self) -> Result<()> {
+        let mut r = self.read().await?;
+        let _: (i64,) = r.conn().one("SELECT CAST(1 AS BIGINT)", args![]).await?;
+        Ok(())
     }
+
+    /// What a write's changes set off, starting empty.
+    fn ripple(&self) -> staleness::Ripple {
+        staleness::Ripple { changes: Vec::new(), receivers: self.receivers.clone() }
+    }
+}
+
+/// Partitions as one log field: `dt=2026-08-24,dt=2026-08-25`.
+pub(crate) fn partition_list(partitions: &[PartitionSpec]) -> String {
+    partitions.iter().map(PartitionSpec::as_str).collect::<Vec<_>>().join(",")
 }

@@ -36,7 +36,10 @@ fn body_hash(body: &Value) -> String {
 }
 
 impl SqlStore {
-    pub(super) async fn do_record_lineage_event(&self, e: &LineageEvent) -> Result<Recorded> {
+    /// Stores an OpenLineage event as received, once: an exact repeat of a
+    /// stored event is not stored again.
+    #[tracing::instrument(skip_all, fields(run_id = e.run_id.as_deref(), event_type = e.event_type.as_deref()))]
+    pub async fn record_lineage_event(&self, e: &LineageEvent) -> Result<Recorded> {
         let received_at = self.now();
         let hash = body_hash(&e.body);
         let mut tx = self.begin_write().await?;
@@ -68,14 +71,18 @@ impl SqlStore {
         Ok(recorded)
     }
 
-    pub(super) async fn do_set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()> {
+    /// Records what the intake made of a stored OpenLineage event.
+    #[tracing::instrument(skip_all, fields(event_id = id))]
+    pub async fn set_lineage_outcome(&self, id: i64, outcome: &Value) -> Result<()> {
         let mut tx = self.begin_write().await?;
         tx.conn().exec("UPDATE openlineage_events SET outcome = $2 WHERE id = $1", args![id, outcome.clone()]).await?;
         tx.commit().await?;
         Ok(())
     }
 
-    pub(super) async fn do_lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>> {
+    /// The batches an OpenLineage run started, oldest first.
+    #[tracing::instrument(level = "debug", skip_all, fields(run_id = %run_id))]
+    pub async fn lineage_batches(&self, run_id: &str) -> Result<Vec<BatchRecord>> {
         let mut r = self.read().await?;
         let mut c = r.conn();
         let ids: Vec<(String,)> = c

@@ -18,7 +18,7 @@ use super::alerts::{self, NewAlert};
 use super::batches::load_policy;
 use super::db::{args, Arg, Conn};
 use super::events::ChangeDetail;
-use super::lineage::Ripple;
+use super::staleness::Ripple;
 use super::{Page, Position, SqlStore};
 use crate::domain::alerts::{severity, Action, AlertKind};
 use crate::domain::push::{feed_cursor, AssetEventExtra, CloudEvent, PendingAssetEvent, Target};
@@ -239,7 +239,7 @@ impl SqlStore {
     /// Takes up to `limit` due deliveries for [`CLAIM_SECONDS`], so that no
     /// other replica sends them meanwhile. A delivery whose claim is lost to
     /// another replica holds back the later ones of its partition.
-    pub(super) async fn do_claim_deliveries(&self, limit: i64) -> Result<Vec<OutboxItem>> {
+    pub async fn claim_deliveries(&self, limit: i64) -> Result<Vec<OutboxItem>> {
         let now = self.now();
         let until = now + chrono::Duration::seconds(CLAIM_SECONDS);
         let mut r = self.read().await?;
@@ -270,7 +270,7 @@ impl SqlStore {
         Ok(claimed)
     }
 
-    pub(super) async fn do_delivery_sent(&self, id: i64) -> Result<()> {
+    pub async fn delivery_sent(&self, id: i64) -> Result<()> {
         let now = self.now();
         let mut r = self.read().await?;
         r.conn()
@@ -282,7 +282,7 @@ impl SqlStore {
         Ok(())
     }
 
-    pub(super) async fn do_delivery_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()> {
+    pub async fn delivery_failed(&self, id: i64, error: &str, retry_at: DateTime<Utc>) -> Result<()> {
         let mut r = self.read().await?;
         r.conn()
             .exec(
@@ -293,7 +293,8 @@ impl SqlStore {
         Ok(())
     }
 
-    pub(super) async fn do_delivery_given_up(&self, id: i64, reason: &str) -> Result<()> {
+    /// Gives a delivery up for good (its host is no longer allowed); `reason` is kept with it.
+    pub async fn delivery_given_up(&self, id: i64, reason: &str) -> Result<()> {
         let now = self.now();
         let mut r = self.read().await?;
         r.conn()
@@ -306,13 +307,14 @@ impl SqlStore {
     }
 
     /// Hands a claimed delivery back unsent (an earlier one of its partition failed).
-    pub(super) async fn do_release_delivery(&self, id: i64) -> Result<()> {
+    pub async fn release_delivery(&self, id: i64) -> Result<()> {
         let mut r = self.read().await?;
         r.conn().exec("UPDATE outbox SET claimed_until = NULL WHERE id = $1", args![id]).await?;
         Ok(())
     }
 
-    pub(super) async fn do_list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliveryRecord>> {
+    /// Deliveries, newest first.
+    pub async fn list_deliveries(&self, q: &DeliveryQuery) -> Result<Page<DeliveryRecord>> {
         let mut clauses = Vec::new();
         let mut a: Vec<Arg> = Vec::new();
         if let Some(t) = q.target {
@@ -352,7 +354,8 @@ impl SqlStore {
     }
 
     /// Raises an alert about a dataset's pushes (once per `dedup_key`).
-    pub(super) async fn do_raise_push_alert(
+    #[tracing::instrument(skip_all, fields(%kind, dataset = %dataset, partition))]
+    pub async fn raise_push_alert(
         &self,
         kind: AlertKind,
         dataset: &str,

@@ -69,7 +69,9 @@ async fn counts(c: &mut Conn<'_>, batch_id: &str, partition: &str) -> Result<Opt
 }
 
 impl SqlStore {
-    pub(super) async fn do_create_repair(&self, r: NewRepair) -> Result<RepairPlan> {
+    /// Plans a repair from the registry's evidence.
+    #[tracing::instrument(skip_all, fields(dataset = %r.dataset, partitions = %super::partition_list(&r.partitions), action = %r.action))]
+    pub async fn create_repair(&self, r: NewRepair) -> Result<RepairPlan> {
         let now = self.now();
         let dataset = r.dataset.as_str();
         let mut tx = self.begin_write().await?;
@@ -192,7 +194,8 @@ impl SqlStore {
         })
     }
 
-    pub(super) async fn do_list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>> {
+    /// The most recent repair plans, newest first (without their progress).
+    pub async fn list_repairs(&self, limit: i64) -> Result<Vec<RepairSummary>> {
         let mut r = self.read().await?;
         Ok(r.conn()
             .all(
@@ -207,7 +210,8 @@ impl SqlStore {
 
     /// The plan with its progress: the numbers per partition and what
     /// downstream still waits for (see [`crate::domain::repair::progress`]).
-    pub(super) async fn do_get_repair(&self, id: i64) -> Result<Option<RepairPlan>> {
+    #[tracing::instrument(level = "debug", skip_all, fields(repair_id = id))]
+    pub async fn get_repair(&self, id: i64) -> Result<Option<RepairPlan>> {
         let mut r = self.read().await?;
         let mut c = r.conn();
         let row: Option<PlanRow> =

@@ -56,7 +56,8 @@ impl SqlStore {
     /// Prunes what is older than `cutoff`, in transactions of at most
     /// [`PRUNE_BATCH`] rows each.
     #[tracing::instrument(skip_all, fields(%cutoff))]
-    pub(super) async fn do_prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {
+    #[tracing::instrument(skip_all, fields(%cutoff))]
+    pub async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {
         Ok(Pruned {
             // Deliveries before alerts: an alert goes with its last delivery.
             webhooks: self.prune_table(DELETE_WEBHOOKS, cutoff, None).await?,
@@ -89,7 +90,7 @@ impl SqlStore {
     }
 
     /// The highest change id pruned so far (0: none).
-    pub(super) async fn do_changes_horizon(&self) -> Result<i64> {
+    pub async fn changes_horizon(&self) -> Result<i64> {
         let mut r = self.read().await?;
         let row: Option<(i64,)> =
             r.conn().opt("SELECT through_id FROM pruned_history WHERE history = $1", args![CHANGES]).await?;

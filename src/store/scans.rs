@@ -33,11 +33,9 @@ pub(super) struct Overdue {
 }
 
 impl SqlStore {
-    pub(super) async fn do_record_written(
-        &self,
-        batch_id: &str,
-        partitions: Vec<(PartitionSpec, i64)>,
-    ) -> Result<BatchRecord> {
+    /// Records that the task's write to the target committed.
+    #[tracing::instrument(skip_all, fields(batch_id = %batch_id))]
+    pub async fn record_written(&self, batch_id: &str, partitions: Vec<(PartitionSpec, i64)>) -> Result<BatchRecord> {
         let now = self.now();
         let (mut tx, b) = self.lock_batch(batch_id).await?;
         if b.state() != BatchState::Running {
@@ -76,7 +74,9 @@ impl SqlStore {
         Ok(record)
     }
 
-    pub(super) async fn do_expire_leases(&self) -> Result<Vec<String>> {
+    /// Abandons every running batch whose lease has expired; returns their ids.
+    #[tracing::instrument(skip_all)]
+    pub async fn expire_leases(&self) -> Result<Vec<String>> {
         let now = self.now();
         let candidates: Vec<(String, String)> = {
             let mut r = self.read().await?;
@@ -151,7 +151,9 @@ impl SqlStore {
         Ok(out)
     }
 
-    pub(super) async fn do_check_deadlines(&self) -> Result<usize> {
+    /// Raises `deadline_missed` for data dates past their deadline; returns how many.
+    #[tracing::instrument(skip_all)]
+    pub async fn check_deadlines(&self) -> Result<usize> {
         let now = self.now();
         let mut raised = 0;
         for Overdue { dataset, policy, dt, due, blocked } in self.overdue(now).await? {
@@ -190,7 +192,7 @@ impl SqlStore {
     }
 
     /// The gauges `/metrics` reads from the database.
-    pub(super) async fn do_gauges(&self) -> Result<StoreGauges> {
+    pub async fn gauges(&self) -> Result<StoreGauges> {
         let now = self.now();
         let partitions_late = self.overdue(now).await?.iter().map(|o| o.blocked.len() as i64).sum();
         let mut r = self.read().await?;
@@ -219,7 +221,7 @@ impl SqlStore {
         })
     }
 
-    pub(super) async fn do_list_alerts(&self, q: &AlertQuery) -> Result<Page<AlertRecord>> {
+    pub async fn list_alerts(&self, q: &AlertQuery) -> Result<Page<AlertRecord>> {
         let mut clauses = Vec::new();
         let mut a: Vec<Arg> = Vec::new();
         for (col, v) in [("state", &q.state), ("dataset", &q.dataset), ("severity", &q.severity), ("kind", &q.kind)] {

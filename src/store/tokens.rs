@@ -89,7 +89,9 @@ struct FieldDetail {
 }
 
 impl SqlStore {
-    pub(super) async fn do_create_token(&self, t: &NewToken) -> Result<TokenRecord> {
+    /// Stores a token's hash; 409 `token_exists` when the name is taken.
+    #[tracing::instrument(skip_all, fields(name = %t.name))]
+    pub async fn create_token(&self, t: &NewToken) -> Result<TokenRecord> {
         let mut tx = self.begin_write().await?;
         let mut c = tx.conn();
         let exists: Option<(String,)> = c.opt("SELECT name FROM tokens WHERE name = $1", args![&t.name]).await?;
@@ -115,7 +117,8 @@ impl SqlStore {
     }
 
     /// Deletes the token and tells every replica to forget what it cached.
-    pub(super) async fn do_revoke_token(&self, name: &str) -> Result<bool> {
+    #[tracing::instrument(skip_all, fields(name = %name))]
+    pub async fn revoke_token(&self, name: &str) -> Result<bool> {
         let mut tx = self.begin_write().await?;
         let n = tx.conn().exec("DELETE FROM tokens WHERE name = $1", args![name]).await?;
         let change = Change { dataset: TOKENS_CHANGED.to_owned(), partitions: None };
@@ -126,25 +129,26 @@ impl SqlStore {
         Ok(n > 0)
     }
 
-    pub(super) async fn do_list_tokens(&self) -> Result<Vec<TokenRecord>> {
+    /// Every token, by name (hashes included, for the caller to keep to itself).
+    pub async fn list_tokens(&self) -> Result<Vec<TokenRecord>> {
         let mut r = self.read().await?;
         Ok(r.conn().all(&format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY name"), args![]).await?)
     }
 
-    pub(super) async fn do_find_token(&self, secret_hash: &str) -> Result<Option<TokenRecord>> {
+    pub async fn find_token(&self, secret_hash: &str) -> Result<Option<TokenRecord>> {
         let mut r = self.read().await?;
         Ok(r.conn()
             .opt(&format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE secret_hash = $1"), args![secret_hash])
             .await?)
     }
 
-    pub(super) async fn do_touch_token(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
+    pub async fn touch_token(&self, name: &str, at: DateTime<Utc>) -> Result<()> {
         let mut tx = self.begin_write().await?;
         tx.conn().exec("UPDATE tokens SET last_used_at = $2 WHERE name = $1", args![name, at]).await?;
         Ok(tx.commit().await?)
     }
 
-    pub(super) async fn do_record_audit(&self, entries: &[AuditEntry]) -> Result<()> {
+    pub async fn record_audit(&self, entries: &[AuditEntry]) -> Result<()> {
         let mut tx = self.begin_write().await?;
         let at = self.now();
         for e in entries {
@@ -168,7 +172,7 @@ impl SqlStore {
         Ok(tx.commit().await?)
     }
 
-    pub(super) async fn do_list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>> {
+    pub async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>> {
         let mut clauses = Vec::new();
         let mut a: Vec<Arg> = Vec::new();
         for (col, v) in [("actor", &q.actor), ("dataset", &q.dataset), ("action", &q.action)] {

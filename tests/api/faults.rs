@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use batchgate::clock::SystemClock;
-use batchgate::store::Store;
 use reqwest::StatusCode;
 
 use crate::helpers::{clean, Backend, TestApp};

@@ -1,0 +1,79 @@
+//! The change feed: every readiness change, numbered in commit order, for
+//! `GET /v1/changes` and the pushes (`outbox.rs`).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::types::Json;
+
+use super::db::{args, Conn};
+use super::events::ChangeDetail;
+use super::outbox::{self, NewChange};
+use super::staleness::Ripple;
+use crate::domain::readiness::ChangeKind;
+use crate::error::Result;
+
+/// Appends a readiness change to the feed, and queues it for the receivers
+/// it is pushed to (in the same transaction).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn emit(
+    c: &mut Conn<'_>,
+    ripple: &Ripple,
+    kind: ChangeKind,
+    dataset: &str,
+    partition: &str,
+    version: i64,
+    batch_id: Option<&str>,
+    detail: ChangeDetail,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let (id,): (i64,) = c
+        .one(
+            "INSERT INTO changes (kind, dataset, partition_spec, version, batch_id, at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             RETURNING id",
+            args![kind, dataset, partition, version, batch_id, now, Json(&detail)],
+        )
+        .await?;
+    let change = NewChange { id, kind: kind.as_str(), dataset, partition, version, batch_id, detail: &detail, at: now };
+    outbox::on_change(c, ripple, change).await
+}
+
+/// A readiness change, as the feed lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct ChangeRecord {
+    #[serde(skip)]
+    pub id: i64,
+    pub kind: ChangeKind,
+    pub dataset: String,
+    #[serde(rename = "partition")]
+    #[sqlx(rename = "partition_spec")]
+    pub partition: String,
+    pub version: i64,
+    pub batch_id: Option<String>,
+    pub at: DateTime<Utc>,
+    /// `reason` of an invalidation; `upstream` of a stale change.
+    #[schema(value_type = Option<ChangeDetail>)]
+    pub detail: Option<Json<ChangeDetail>>,
+}
+
+impl super::SqlStore {
+    /// Readiness changes after feed position `after`, in commit order.
+    pub async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>> {
+        let mut r = self.read().await?;
+        let cols = "id, kind, dataset, partition_spec, version, batch_id, at, detail";
+        Ok(match dataset {
+            Some(d) => {
+                r.conn()
+                    .all(
+                        &format!("SELECT {cols} FROM changes WHERE id > $1 AND dataset = $2 ORDER BY id LIMIT {limit}"),
+                        args![after, d],
+                    )
+                    .await?
+            }
+            None => {
+                r.conn()
+                    .all(&format!("SELECT {cols} FROM changes WHERE id > $1 ORDER BY id LIMIT {limit}"), args![after])
+                    .await?
+            }
+        })
+    }
+}

@@ -1,0 +1,272 @@
+//! Staleness in the registry: after a publish or an invalidation, which
+//! partitions built on the old data are stale now, transitively (the rule
+//! itself is `domain/staleness.rs`), each change written to the feed in the
+//! same transaction.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use chrono::{DateTime, NaiveDate, Utc};
+use sqlx::types::Json;
+
+use super::alerts::{self, NewAlert};
+use super::batches::load_policy;
+use super::db::{args, Conn};
+use super::events::ChangeDetail;
+use super::feed::emit;
+use super::lineage::inputs_of;
+use super::outbox::Receivers;
+use super::records::{load_partition, PartitionRecord};
+use crate::changes::Change;
+use crate::domain::alerts::{self as alert_rules, Action, AlertKind};
+use crate::domain::readiness::ChangeKind;
+use crate::domain::staleness::Staleness;
+use crate::error::Result;
+
+/// What a change to a partition set off: the partitions whose readiness
+/// changed (for the change hub), and where alerts about them go.
+pub(super) struct Ripple {
+    pub changes: Vec<Change>,
+    /// The service-wide receivers: alert webhook, CloudEvents, Airflow.
+    pub receivers: Receivers,
+}
+
+/// Why a partition built from `input` at `built_on` is stale now, if it is.
+fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &PartitionRecord) -> Option<Staleness> {
+    Staleness::of(input_dataset, input_partition, built_on, now.standing(), now.version)
+}
+
+/// After a batch published `partition` at `version`: records the change,
+/// clears an invalidation, decides whether the new version is itself stale
+/// (it read an input that has moved on), and makes everything built on the
+/// old version stale.
+pub(super) async fn on_published(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+    batch_id: &str,
+    version: i64,
+    now: DateTime<Utc>,
+    ripple: &mut Ripple,
+) -> Result<()> {
+    let before = load_partition(c, dataset, partition).await?;
+    let was_stale = before.as_ref().is_some_and(|s| s.stale_upstream.is_some());
+    emit(
+        c,
+        ripple,
+        if version == 1 { ChangeKind::Published } else { ChangeKind::Restated },
+        dataset,
+        partition,
+        version,
+        Some(batch_id),
+        ChangeDetail::default(),
+        now,
+    )
+    .await?;
+
+    let mut stale = None;
+    for input in inputs_of(c, batch_id).await? {
+        if let Some(s) = load_partition(c, &input.dataset, &input.partition).await? {
+            if let Some(why) = staleness(&input.dataset, &input.partition, input.version, &s) {
+                stale = Some(why);
+                break;
+            }
+        }
+    }
+    c.exec(
+        "UPDATE partitions SET invalidated_reason = NULL, invalidated_at = NULL, stale_upstream = $3 WHERE dataset = $1 AND partition_spec = $2",
+        args![dataset, partition, stale.clone().map(Json)],
+    )
+    .await?;
+    match (&stale, was_stale) {
+        (Some(why), _) => {
+            emit(
+                c,
+                ripple,
+                ChangeKind::Stale,
+                dataset,
+                partition,
+                version,
+                Some(batch_id),
+                ChangeDetail::stale(why.clone()),
+                now,
+            )
+            .await?
+        }
+        (None, true) => {
+            emit(
+                c,
+                ripple,
+                ChangeKind::FreshAgain,
+                dataset,
+                partition,
+                version,
+                Some(batch_id),
+                ChangeDetail::default(),
+                now,
+            )
+            .await?
+        }
+        (None, false) => {}
+    }
+    propagate(c, dataset, partition, now, ripple).await?;
+    Ok(())
+}
+
+/// Takes a partition out of service until a new batch publishes it.
+pub(super) async fn invalidate(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+    ripple: &mut Ripple,
+) -> Result<bool> {
+    let Some(s) = load_partition(c, dataset, partition).await? else {
+        return Ok(false);
+    };
+    c.exec(
+        "UPDATE partitions SET invalidated_reason = $3, invalidated_at = $4, updated_at = $4 WHERE dataset = $1 AND partition_spec = $2",
+        args![dataset, partition, reason, now],
+    )
+    .await?;
+    emit(
+        c,
+        ripple,
+        ChangeKind::Invalidated,
+        dataset,
+        partition,
+        s.version,
+        s.published_batch_id.as_deref(),
+        ChangeDetail::invalidated(reason),
+        now,
+    )
+    .await?;
+    ripple.changes.push(Change { dataset: dataset.to_owned(), partitions: Some(vec![partition.to_owned()]) });
+    propagate(c, dataset, partition, now, ripple).await?;
+    Ok(true)
+}
+
+/// A partition whose current version read an upstream partition.
+#[derive(sqlx::FromRow)]
+struct Consumer {
+    dataset: String,
+    partition: String,
+    /// The upstream version it read.
+    built_on: i64,
+    version: i64,
+    batch_id: Option<String>,
+    stale: Option<Json<Staleness>>,
+    dt: NaiveDate,
+}
+
+/// The partitions whose current version read upstream partition ($1, $2),
+/// run for every publish and invalidation. It starts from the input's rows in
+/// `batch_inputs` and finds each reader by `partitions_published_batch`
+/// (migration 0009): joined the other way round, it scanned every partition.
+pub const CONSUMERS_SQL: &str =
+    "SELECT d.dataset, d.partition_spec AS partition, i.input_version AS built_on, d.version, \
+       d.published_batch_id AS batch_id, d.stale_upstream AS stale, d.dt \
+     FROM batch_inputs i JOIN partitions d ON d.published_batch_id = i.batch_id \
+     WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY d.dataset, d.partition_spec";
+
+/// Marks stale, transitively, every partition whose current version was
+/// built on an older version of `root` (or on `root` while it is stale or
+/// invalidated).
+async fn propagate(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+    now: DateTime<Utc>,
+    ripple: &mut Ripple,
+) -> Result<()> {
+    let mut queue = VecDeque::from([(dataset.to_owned(), partition.to_owned())]);
+    let mut seen = BTreeSet::new();
+    while let Some((ds, p)) = queue.pop_front() {
+        if !seen.insert((ds.clone(), p.clone())) {
+            continue;
+        }
+        let Some(upstream) = load_partition(c, &ds, &p).await? else {
+            continue;
+        };
+        let consumers: Vec<Consumer> = c.all(CONSUMERS_SQL, args![&ds, &p]).await?;
+        for Consumer {
+            dataset: cds,
+            partition: cp,
+            built_on,
+            version: cversion,
+            batch_id: cbatch,
+            stale: cstale,
+            dt: cdt,
+        } in consumers
+        {
+            let Some(why) = staleness(&ds, &p, built_on, &upstream) else {
+                continue;
+            };
+            if cstale.is_none() {
+                c.exec(
+                    "UPDATE partitions SET stale_upstream = $3, updated_at = $4 WHERE dataset = $1 AND partition_spec = $2",
+                    args![&cds, &cp, Json(&why), now],
+                )
+                .await?;
+                emit(
+                    c,
+                    ripple,
+                    ChangeKind::Stale,
+                    &cds,
+                    &cp,
+                    cversion,
+                    cbatch.as_deref(),
+                    ChangeDetail::stale(why.clone()),
+                    now,
+                )
+                .await?;
+                ripple.changes.push(Change { dataset: cds.clone(), partitions: Some(vec![cp.clone()]) });
+                let policy = load_policy(c, &cds).await?.policy();
+                let hooks: Vec<String> =
+                    ripple.receivers.webhook.iter().chain(policy.webhook_url.iter()).cloned().collect();
+                let alert = NewAlert {
+                    kind: AlertKind::StaleDownstream,
+                    dedup_key: format!("stale_downstream:{cds}:{cp}:{cversion}"),
+                    severity: alert_rules::severity(policy.tier),
+                    task: None,
+                    dataset: cds.clone(),
+                    dt: Some(cdt),
+                    partitions: vec![cp.clone()],
+                    batch_id: cbatch.clone(),
+                    stage: None,
+                    category: None,
+                    failing_checks: Vec::new(),
+                    owner: policy.owner.clone(),
+                    action: Action::RecomputeDownstream,
+                    retryable: true,
+                    message: format!(
+                        "{cds} {cp} version {cversion} was built on {ds} {p} version {built_on}, which is now {} (version {})",
+                        why.cause,
+                        upstream.version
+                    ),
+                };
+                alerts::raise(c, alert, &hooks, now).await?;
+            }
+            queue.push_back((cds, cp));
+        }
+    }
+    Ok(())
+}
+
+impl super::SqlStore {
+    /// Takes a partition out of service until a new batch publishes it;
+    /// everything built on it goes stale.
+    #[tracing::instrument(skip_all, fields(dataset = %dataset, partition = %partition))]
+    pub async fn invalidate_partition(&self, dataset: &str, partition: &str, reason: &str) -> Result<()> {
+        let now = self.now();
+        let mut tx = self.begin_write().await?;
+        let mut ripple = self.ripple();
+        if !invalidate(&mut tx.conn(), dataset, partition, reason, now, &mut ripple).await? {
+            return Err(crate::error::Error::not_found(
+                "partition_not_found",
+                format!("no batch ever wrote {dataset} {partition}"),
+            ));
+        }
+        self.finish(tx, ripple.changes).await
+    }
+}
