@@ -50,10 +50,10 @@ pub struct StartRequest {
     /// The scheduler's run id, e.g. `scheduled__2026-08-25T00:00:00`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_ref: Option<String>,
-    /// How long the batch holds its partitions without a heartbeat (1 s to a
-    /// week, default 3600).
+    /// How long the batch holds its partitions without a heartbeat, in
+    /// seconds (1 s to a week).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 604800, default = 3600)]
+    #[schema(minimum = 1, maximum = 604800, default = json!(crate::domain::batch::DEFAULT_LEASE_SECONDS))]
     pub lease_seconds: Option<i64>,
     /// Residue batches whose rows the task deleted before this start. For
     /// `append` datasets a start over residue is refused (409
@@ -326,4 +326,19 @@ pub struct TokenCreateRequest {
 pub enum Lifetime {
     Seconds(u64),
     Text(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::batch::{DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS};
+
+    /// utoipa takes only a literal for `maximum`: this keeps it the rule's.
+    #[test]
+    fn the_spec_states_the_lease_rule_of_domain_batch() {
+        let spec: serde_json::Value = serde_json::from_str(&crate::api::openapi::json()).expect("spec");
+        let lease = &spec["components"]["schemas"]["StartRequest"]["properties"]["lease_seconds"];
+        assert_eq!(lease["maximum"], serde_json::json!(MAX_LEASE_SECONDS), "{lease}");
+        assert_eq!(lease["default"], serde_json::json!(DEFAULT_LEASE_SECONDS), "{lease}");
+        assert_eq!(lease["minimum"], serde_json::json!(1), "{lease}");
+    }
 }

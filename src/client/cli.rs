@@ -89,9 +89,10 @@ struct StartArgs {
     /// The scheduler's id for this run.
     #[arg(long)]
     run_ref: Option<String>,
-    /// How long the batch holds its partitions without a heartbeat, in
-    /// seconds (default 3600, as for the Airflow operator).
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "How long the batch holds its partitions without a heartbeat, in seconds (default {}, as for the Airflow operator)",
+        crate::domain::batch::DEFAULT_LEASE_SECONDS
+    ))]
     lease_seconds: Option<i64>,
     /// The batch's scope as a JSON object: timezone, business_start,
     /// business_end.

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::cli::{ServiceArgs, TargetArgs};
 use super::commands::{failed, print, Output};
 use super::table::{cell, Table};
-use crate::domain::policy::{Tier, WriteMode};
+use crate::domain::policy::{self, Tier, WriteMode};
 
 use super::{Client, Deadline, Exit, InvalidateRequest, PolicyRequest, Readiness, RepairRequest, Target};
 use crate::domain::readiness::{self, PartitionState, Standing};
@@ -580,32 +580,37 @@ enum DatasetCommand {
 #[derive(Args)]
 struct SetPolicyArgs {
     dataset: String,
-    /// core, standard (the default) or scratch.
-    #[arg(long)]
+    #[arg(long, help = format!("core, standard or scratch (default {})", policy::DEFAULT_TIER))]
     tier: Option<Tier>,
-    /// overwrite_partition (the default), append, delete_insert_by_batch or
-    /// merge.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "overwrite_partition, append, delete_insert_by_batch or merge (default {})",
+        policy::DEFAULT_WRITE_MODE
+    ))]
     write_mode: Option<WriteMode>,
     /// A column of the unique key; repeat for several.
     #[arg(long = "unique-key", value_name = "COLUMN")]
     unique_key: Vec<String>,
-    /// An IANA time zone (default UTC).
-    #[arg(long)]
+    #[arg(long, help = format!("An IANA time zone (default {})", policy::DEFAULT_TIMEZONE))]
     timezone: Option<String>,
-    /// Largest allowed |row_count − baseline| / baseline (default 0.3).
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Largest allowed |row_count − baseline| / baseline (default {})",
+        policy::DEFAULT_MAX_VOLUME_CHANGE
+    ))]
     max_volume_change: Option<f64>,
-    /// Earlier published dts forming the volume baseline (default 7).
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Earlier published dts forming the volume baseline (default {})",
+        policy::DEFAULT_BASELINE_PERIODS
+    ))]
     baseline_periods: Option<u32>,
     /// Accept a batch that wrote no rows.
     #[arg(long)]
     allow_empty: bool,
     #[arg(long)]
     owner: Option<String>,
-    /// Most partitions one overwrite_partition batch may replace (default 31).
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Most partitions one overwrite_partition batch may replace (default {})",
+        policy::DEFAULT_MAX_PARTITIONS_PER_BATCH
+    ))]
     max_partitions_per_batch: Option<u32>,
     /// By when each data date should be published, HH:MM in the dataset's
     /// time zone.
@@ -620,9 +625,10 @@ struct SetPolicyArgs {
     /// The Airflow asset (name or URI) each published partition is reported to.
     #[arg(long)]
     airflow_asset: Option<String>,
-    /// The asset event's partition key, a template over the partition spec's
-    /// keys (default `{dt}`, e.g. `{region}|{dt}`).
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "The asset event's partition key, a template over the partition spec's keys (default `{}`, e.g. `{{region}}|{{dt}}`)",
+        crate::domain::push::DEFAULT_PARTITION_KEY
+    ))]
     partition_key: Option<String>,
     /// This dataset's readiness changes are also POSTed here as CloudEvents.
     #[arg(long)]

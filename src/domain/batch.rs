@@ -3,6 +3,11 @@
 
 use super::policy::string_enum;
 
+/// The lease of a batch whose start does not give one (OpenLineage runs too).
+pub const DEFAULT_LEASE_SECONDS: i64 = 3600;
+/// A week: longer than any batch should run without a heartbeat.
+pub const MAX_LEASE_SECONDS: i64 = 7 * 24 * 3600;
+
 string_enum! {
     /// Where a batch is in its life. `running` is the only state that moves
     /// forward on a request; `published` moves to `superseded` when a newer

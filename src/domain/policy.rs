@@ -122,11 +122,12 @@ impl Default for DatasetPolicy {
 }
 
 impl DatasetPolicy {
-    /// The partition key template asset events use.
-    pub fn partition_key_template(&self) -> super::push::PartitionKeyTemplate {
+    /// The partition key template asset events use. Templates are parsed
+    /// when a policy is written, so an error here means a stored value that
+    /// was changed behind the service's back: the caller names it.
+    pub fn partition_key_template(&self) -> Result<super::push::PartitionKeyTemplate, String> {
         let raw = self.partition_key.as_deref().unwrap_or(super::push::DEFAULT_PARTITION_KEY);
-        // Stored templates were parsed when the policy was written.
-        super::push::PartitionKeyTemplate::parse(raw).unwrap_or_else(|e| panic!("stored partition_key: {e}"))
+        super::push::PartitionKeyTemplate::parse(raw).map_err(|e| format!("partition_key {raw:?}: {e}"))
     }
 }
 

@@ -28,10 +28,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/batches/{batch_id}/fail", post(fail))
 }
 
-/// The lease of a batch whose start does not give one (OpenLineage runs too).
-pub(super) const DEFAULT_LEASE_SECONDS: i64 = 3600;
-/// A week: longer than any batch should run without a heartbeat.
-const MAX_LEASE_SECONDS: i64 = 7 * 24 * 3600;
+use crate::domain::batch::{DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS};
 const MAX_IDEMPOTENCY_KEY: usize = 200;
 
 fn input_refs(raw: Vec<InputRef>) -> Result<Vec<(String, String)>> {

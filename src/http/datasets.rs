@@ -100,7 +100,7 @@ fn policy(b: PolicyRequest, webhook_allow: &AllowList) -> Result<DatasetPolicy> 
 /// partition key template names (a batch naming one without is refused at
 /// start).
 async fn keys_in_partitions(app: &AppState, name: &DatasetName, policy: &DatasetPolicy) -> Result<()> {
-    let template = policy.partition_key_template();
+    let template = policy.partition_key_template().map_err(|e| Error::invalid("partition_key", e))?;
     let q = PartitionQuery { dataset: name.as_str().to_owned(), from: None, to: None, limit: 100, after: None };
     for p in app.store.list_partitions(&q).await?.items {
         if let Some(key) = template.missing_key(&p.partition) {

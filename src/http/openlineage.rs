@@ -31,7 +31,7 @@ pub fn router() -> Router<AppState> {
 /// OpenLineage sends no heartbeats, so a run's batch keeps the usual lease:
 /// long enough for most runs, short enough that a run that died without a
 /// `FAIL` does not block its retry for long.
-const LEASE_SECONDS: i64 = super::batches::DEFAULT_LEASE_SECONDS;
+const LEASE_SECONDS: i64 = crate::domain::batch::DEFAULT_LEASE_SECONDS;
 
 /// One batch the event started, committed or failed (or found decided).
 impl BatchOutcome {

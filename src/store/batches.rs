@@ -527,7 +527,9 @@ fn guard_partition_key(policy: &DatasetPolicy, req: &StartBatch) -> Result<()> {
     if policy.airflow_asset.is_none() {
         return Ok(());
     }
-    let template = policy.partition_key_template();
+    let template = policy
+        .partition_key_template()
+        .map_err(|e| anyhow::anyhow!("stored policy of dataset {:?}: {e}", req.dataset.as_str()))?;
     for (i, p) in req.partitions.iter().enumerate() {
         if let Some(key) = template.missing_key(p.as_str()) {
             return Err(Error::invalid(

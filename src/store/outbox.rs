@@ -205,7 +205,7 @@ pub(super) async fn on_change(c: &mut Conn<'_>, ripple: &Ripple, change: NewChan
         }
     }
     if let (true, Some(airflow), Some(asset)) = (wants_airflow, &ripple.receivers.airflow, &policy.airflow_asset) {
-        let partition_key = match policy.partition_key_template().render(change.partition) {
+        let partition_key = match policy.partition_key_template().and_then(|t| t.render(change.partition)) {
             Ok(k) => k,
             Err(why) => {
                 // Batches naming such a partition are refused at start; the
