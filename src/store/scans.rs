@@ -118,7 +118,16 @@ impl SqlStore {
             let Some(deadline) = &policy.deadline else {
                 continue;
             };
-            let tz: chrono_tz::Tz = policy.timezone.parse().unwrap_or(chrono_tz::UTC);
+            // Time zones are checked when a policy is written: one that no
+            // longer parses was changed behind the service's back. Say so and
+            // leave that dataset out, rather than place its deadline in UTC.
+            let tz: chrono_tz::Tz = match policy.timezone.parse() {
+                Ok(tz) => tz,
+                Err(_) => {
+                    tracing::error!(dataset = %ds.name, timezone = %policy.timezone, "stored time zone is not an IANA zone; deadline not checked");
+                    continue;
+                }
+            };
             // Every data date with a partition not fit to read (the rule
             // `/ready` applies), and what holds it up.
             let rows: Vec<PartitionRecord> = {
