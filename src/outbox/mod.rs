@@ -86,13 +86,13 @@ impl Sender {
     pub async fn deliver(&self, item: &OutboxItem) -> Delivery {
         if let Err(refusal) = self.allow.check(&item.url) {
             let reason = format!("not sent: {refusal}");
-            tracing::warn!(id = item.id, target = item.target, url = %item.url, %reason, "delivery given up");
+            tracing::warn!(id = item.id, target = %item.target, url = %item.url, %reason, "delivery given up");
             if let Err(e) = self.store.delivery_given_up(item.id, &reason).await {
                 tracing::error!(error = ?e, id = item.id, "could not record the refused delivery");
             }
             return Delivery::Refused;
         }
-        let outcome = match item.target() {
+        let outcome = match item.target {
             Target::Webhook => self.post(item, "application/json").await,
             Target::Events => self.post(item, "application/cloudevents+json").await,
             Target::Airflow => self.asset_event(item).await,
@@ -109,7 +109,7 @@ impl Sender {
                 let wait = backoff(self.backoff, failures);
                 let retry_at =
                     self.clock.now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(300));
-                tracing::warn!(id = item.id, target = item.target, url = %item.url, attempt = failures, %error,
+                tracing::warn!(id = item.id, target = %item.target, url = %item.url, attempt = failures, %error,
                     retry_in = ?wait, "delivery failed");
                 if let Err(e) = self.store.delivery_failed(item.id, &error, retry_at).await {
                     tracing::error!(error = ?e, id = item.id, "could not record the failed delivery");

@@ -137,6 +137,7 @@ text_enum!(
     crate::domain::checks::CheckName,
     crate::domain::policy::Tier,
     crate::domain::policy::WriteMode,
+    crate::domain::push::Target,
     crate::domain::readiness::ChangeKind,
     crate::domain::readiness::PartitionState,
     crate::domain::repair::RepairAction,

@@ -32,7 +32,7 @@ const CLAIM_SECONDS: i64 = 60;
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OutboxItem {
     pub id: i64,
-    pub target: String,
+    pub target: Target,
     pub alert_id: Option<i64>,
     pub change_id: Option<i64>,
     pub dataset: Option<String>,
@@ -47,11 +47,6 @@ pub struct OutboxItem {
 }
 
 impl OutboxItem {
-    pub fn target(&self) -> Target {
-        // The database only holds targets this build wrote.
-        self.target.parse().unwrap_or_else(|e| panic!("outbox row {}: {e}", self.id))
-    }
-
     /// Whether a sender took this delivery before (its outcome may be unknown).
     pub fn attempted_before(&self) -> bool {
         self.claims > 0 || self.attempts > 0
@@ -59,7 +54,7 @@ impl OutboxItem {
 
     /// Deliveries with the same key go out in id order (`None`: any order).
     pub fn order_key(&self) -> Option<(&str, &str, &str, &str)> {
-        Some((&self.target, &self.url, self.dataset.as_deref()?, self.partition_spec.as_deref()?))
+        Some((self.target.as_str(), &self.url, self.dataset.as_deref()?, self.partition_spec.as_deref()?))
     }
 }
 
@@ -84,8 +79,7 @@ const CLAIMABLE_SQL: &str = "FROM outbox o \
 #[schema(as = Delivery)]
 pub struct DeliveryRecord {
     pub id: i64,
-    #[schema(value_type = Target)]
-    pub target: String,
+    pub target: Target,
     #[schema(value_type = crate::api::schemas::DeliveryState)]
     pub state: String,
     /// The receiver (for `airflow`: Airflow's base URL).

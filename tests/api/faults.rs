@@ -87,4 +87,17 @@ async fn an_unknown_stored_value_is_an_error_naming_column_and_value(app: TestAp
     assert!(e.contains("\"state\"") && e.contains("\"exploded\""), "names column and value: {e}");
     let e = store.get_dataset("d.u").await.expect_err("a negative count is an error").to_string();
     assert!(e.contains("baseline_periods") && e.contains("-1"), "names column and value: {e}");
+
+    // An outbox row for a receiver this build does not know: the sender and
+    // the deliveries listing say so (before, the sender panicked).
+    app.sql(
+        "INSERT INTO outbox (target, url, idempotency_key, payload, next_attempt_at, created_at) \
+         VALUES ('pigeon', 'http://127.0.0.1:9/', 'k', '{}', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')",
+    )
+    .await;
+    let (status, body) = app.get("/v1/deliveries").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::INTERNAL_SERVER_ERROR, Some("storage_error")));
+    let e = store.claim_deliveries(10).await.expect_err("an unknown target is an error").to_string();
+    assert!(e.contains("\"target\"") && e.contains("\"pigeon\""), "names column and value: {e}");
+    assert_eq!(app.get("/healthz").await.0, StatusCode::OK);
 }
