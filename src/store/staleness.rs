@@ -77,36 +77,13 @@ pub(super) async fn on_published(
         args![dataset, partition, stale.clone().map(Json)],
     )
     .await?;
-    match (&stale, was_stale) {
-        (Some(why), _) => {
-            emit(
-                c,
-                ripple,
-                ChangeKind::Stale,
-                dataset,
-                partition,
-                version,
-                Some(batch_id),
-                ChangeDetail::stale(why.clone()),
-                now,
-            )
-            .await?
-        }
-        (None, true) => {
-            emit(
-                c,
-                ripple,
-                ChangeKind::FreshAgain,
-                dataset,
-                partition,
-                version,
-                Some(batch_id),
-                ChangeDetail::default(),
-                now,
-            )
-            .await?
-        }
-        (None, false) => {}
+    let next = match (stale, was_stale) {
+        (Some(why), _) => Some((ChangeKind::Stale, ChangeDetail::stale(why))),
+        (None, true) => Some((ChangeKind::FreshAgain, ChangeDetail::default())),
+        (None, false) => None,
+    };
+    if let Some((kind, detail)) = next {
+        emit(c, ripple, kind, dataset, partition, version, Some(batch_id), detail, now).await?;
     }
     propagate(c, dataset, partition, now, ripple).await?;
     Ok(())
