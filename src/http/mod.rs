@@ -151,6 +151,104 @@ impl ReadyFastPath {
         tracing::debug!(method = "GET", route = "/ready", status = 200, duration_ms = took * 1000.0, "request");
         Some(resp)
     }
+
+    /// A `/ready?wait=` long-poll, to be served ahead of the router and
+    /// its layers: a waiter may sit for minutes, and inside the router it
+    /// would hold every layer's boxed future (about 15 KB) all that time.
+    /// It gets what the router would give it: the gate's check (a `read`
+    /// token unless `/ready` is public), the request id, the request's log
+    /// context and span, the request counters, the same answer. Only
+    /// well-formed queries with nothing for another layer to refuse (a body,
+    /// a NUL) are taken.
+    pub fn long_poll<B>(&self, req: &Request<B>) -> Option<ReadyLongPoll> {
+        use axum::http::{header, Method};
+        if req.method() != Method::GET || req.uri().path() != "/ready" {
+            return None;
+        }
+        let headers = req.headers();
+        if headers.contains_key(header::CONTENT_LENGTH) || headers.contains_key(header::TRANSFER_ENCODING) {
+            return None;
+        }
+        if strict_url::nul_field(None, req.uri().query()).is_some() {
+            return None;
+        }
+        let poll = ready::LongPoll::parse(req.uri().query())?;
+        let gate = &self.state.auth;
+        let bearer = if gate.required && !gate.public_ready {
+            let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+            let (scheme, secret) = value.split_once(' ')?;
+            if !scheme.eq_ignore_ascii_case("bearer") {
+                return None;
+            }
+            Some(secret.trim().to_owned())
+        } else {
+            None
+        };
+        let id = match headers.get("x-request-id") {
+            Some(id) => id.clone(),
+            None => self.ids.next(),
+        };
+        Some(ReadyLongPoll {
+            state: self.state.clone(),
+            poll,
+            bearer,
+            actor: None,
+            id,
+            began: std::time::Instant::now(),
+        })
+    }
+}
+
+/// A long-poll taken by [`ReadyFastPath::long_poll`]. It holds nothing of
+/// the request, so that the connection can let the request go (its head
+/// keeps hyper's read buffer alive) while it waits.
+pub struct ReadyLongPoll {
+    state: AppState,
+    poll: ready::LongPoll,
+    /// The token to check, when `/ready` needs one.
+    bearer: Option<String>,
+    actor: Option<String>,
+    id: HeaderValue,
+    began: std::time::Instant,
+}
+
+impl ReadyLongPoll {
+    /// Whether the caller passes the gate. If not, nothing was answered:
+    /// the router serves the request (and gives the 401 or 403).
+    pub async fn admit(&mut self) -> bool {
+        let Some(secret) = self.bearer.take() else {
+            return true;
+        };
+        match self.state.auth.authenticator.authenticate(&secret).await {
+            Ok(actor) if actor.allows(crate::auth::Kind::Read, &[]).is_ok() => {
+                self.actor = Some(actor.name);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Waits, and answers.
+    pub async fn answer(self) -> axum::response::Response {
+        use crate::telemetry::context;
+        let Self { state, poll, actor, id, began, .. } = self;
+        let span =
+            tracing::info_span!("request", method = "GET", path = "/ready", request_id = id.to_str().unwrap_or("-"));
+        let work = async {
+            if let Some(name) = &actor {
+                context::set_actor(name);
+            }
+            poll.answer(&state).await
+        };
+        let ctx = context::RequestContext::new(Some(id.clone()));
+        let mut resp = tracing::Instrument::instrument(context::scope(ctx, work), span).await;
+        resp.headers_mut().insert(HeaderName::from_static("x-request-id"), id);
+        let took = began.elapsed().as_secs_f64();
+        let status = resp.status().as_u16();
+        state.metrics.http_request("/ready", status, took);
+        tracing::debug!(method = "GET", route = "/ready", status, duration_ms = took * 1000.0, "request");
+        resp
+    }
 }
 
 /// Request ids `<process prefix>-<counter>`: unique across replicas (the

@@ -393,6 +393,11 @@ async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response
         None => evaluate_or_unavailable(&app, &q.target).await,
         Some(wait) => long_poll(&app, &q.target, q.until, Instant::now() + wait).await,
     };
+    respond(&app, answer)
+}
+
+/// The HTTP answer, counted.
+fn respond(app: &AppState, answer: Answer) -> Response {
     app.metrics.ready_answer(match &answer {
         Answer::Ready(_) => "ready",
         Answer::NotReady(body) => body.reason.as_str(),
@@ -400,6 +405,31 @@ async fn ready(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Response
     match answer {
         Answer::Ready(bytes) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
         Answer::NotReady(body) => (StatusCode::NOT_FOUND, Json(body)).into_response(),
+    }
+}
+
+/// A well-formed `/ready` query with `wait`: what the connection serves
+/// ahead of the router (see [`super::ReadyFastPath::long_poll`]), so that a
+/// waiter holds only its own state for up to `wait`, not every layer's.
+pub(super) struct LongPoll {
+    target: Target,
+    until: Until,
+    deadline: Instant,
+}
+
+impl LongPoll {
+    /// `None` for anything but a valid query with `wait`: the router
+    /// answers those (including the 422s).
+    pub(super) fn parse(raw: Option<&str>) -> Option<Self> {
+        let q = parse(raw).ok()?;
+        let wait = q.wait?;
+        Some(Self { target: q.target, until: q.until, deadline: Instant::now() + wait })
+    }
+
+    /// The answer, exactly as the handler gives it.
+    pub(super) async fn answer(self, app: &AppState) -> Response {
+        let answer = long_poll(app, &self.target, self.until, self.deadline).await;
+        respond(app, answer)
     }
 }
 
@@ -411,7 +441,8 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
     let watch = app.hub.watch(interest(target));
     let _waiting = app.metrics.long_poll();
     loop {
-        let answer = evaluate_or_unavailable(app, target).await;
+        // Boxed: the lookup's state is not kept while waiting.
+        let answer = Box::pin(evaluate_or_unavailable(app, target)).await;
         if matches!(answer, Answer::Ready(_))
             || (until == Until::ReadyOrRejected && answer.is(NotReadyReason::Rejected))
         {

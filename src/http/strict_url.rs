@@ -23,7 +23,7 @@ pub async fn refuse_nul(
 }
 
 /// The first path parameter or query parameter holding a NUL.
-fn nul_field(path: Option<&RawPathParams>, query: Option<&str>) -> Option<String> {
+pub(super) fn nul_field(path: Option<&RawPathParams>, query: Option<&str>) -> Option<String> {
     if let Some(name) = path.and_then(|p| p.iter().find(|(_, v)| v.contains('\0')).map(|(k, _)| k.to_owned())) {
         return Some(name);
     }

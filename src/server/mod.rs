@@ -168,8 +168,10 @@ pub async fn run(
                     stop: stop.0.subscribe(),
                 };
                 tasks.spawn(async move {
+                    // Boxed: a TLS connection's state is larger, and the
+                    // task of a plain one would otherwise be that size too.
                     match conn.edge.tls.clone() {
-                        Some(acceptor) => conn.serve_tls(tcp, acceptor).await,
+                        Some(acceptor) => Box::pin(conn.serve_tls(tcp, acceptor)).await,
                         None => conn.serve(tcp).await,
                     }
                     drop(ticket);
@@ -220,11 +222,26 @@ impl Conn {
         let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             let busy = Busy::new(&slot);
             let answered = fast.as_ref().and_then(|f| f.answer(&req));
+            // Boxed: a long-poll's state, not carried by every request.
+            let waits = match answered {
+                None => fast.as_ref().and_then(|f| f.long_poll(&req)).map(Box::new),
+                Some(_) => None,
+            };
             let router = router.clone();
             async move {
                 if let Some(resp) = answered {
                     drop(busy);
                     return Ok(resp);
+                }
+                if let Some(mut waits) = waits {
+                    if Box::pin(waits.admit()).await {
+                        // While it waits, the connection holds the wait's
+                        // own state and hyper's buffers, nothing more.
+                        drop(req);
+                        let resp = Box::pin(waits.answer()).await;
+                        drop(busy);
+                        return Ok(resp);
+                    }
                 }
                 let resp = router.oneshot(req).await;
                 drop(busy);
