@@ -354,6 +354,45 @@ async fn public_ready_and_healthz_need_no_token(app: TestApp) {
     assert_eq!(open.get("/v1/datasets").await.0, StatusCode::UNAUTHORIZED, "only /ready is opened");
 }
 
+/// A long-poll is served ahead of the router (to wait lean), yet passes the
+/// same gate: refused at once without a token, with an unknown one or one
+/// without `read`; a reader's waits and is answered by the publish, with
+/// its request id.
+async fn a_long_poll_passes_the_same_gate(app: TestApp) {
+    const WAIT: &str = "/ready?dataset=sales.orders&partition=dt%3D2026-08-24&wait=20";
+    let began = std::time::Instant::now();
+    let (status, body) = app.get(WAIT).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthenticated")));
+    let (status, body) = app.with_token("bgt_never-issued").get(WAIT).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthenticated")));
+    let producer = app.make_token(BOOT, "lp_producer", &["produce:sales.*"]).await;
+    let (status, body) = app.with_token(&producer).get(WAIT).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(began.elapsed() < std::time::Duration::from_secs(10), "refused at once, not after the wait");
+
+    let admin = app.with_token(BOOT);
+    let (status, started) = admin
+        .post("/v1/batches", &json!({"task": "t", "dataset": DATASET, "dt": "2026-08-24", "partitions": [PART]}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    let batch = started["batch_id"].as_str().unwrap().to_owned();
+    let reader = app.make_token(BOOT, "lp_reader", &["read"]).await;
+    let (client, url) = (app.client.clone(), format!("{}{WAIT}", app.base));
+    let poll = tokio::spawn(async move {
+        let resp = client.get(url).bearer_auth(reader).header("x-request-id", "lp-1").send().await.unwrap();
+        let id = resp.headers().get("x-request-id").map(|v| v.to_str().unwrap().to_owned());
+        (resp.status(), id, resp.json::<Value>().await.unwrap())
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!poll.is_finished(), "the reader waits");
+    let (status, body) = admin.post(&format!("/v1/batches/{batch}/commit"), &crate::helpers::clean(PART, 10)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, id, body) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), poll).await.expect("answered").unwrap();
+    assert_eq!((status, id.as_deref()), (StatusCode::OK, Some("lp-1")), "{body}");
+    assert_eq!(body["ready"], true);
+}
+
 async fn a_form_post_cannot_write(app: TestApp) {
     // Auth off (loopback), where a browser's cross-site form is the risk.
     for ct in ["application/x-www-form-urlencoded", "text/plain", "multipart/form-data; boundary=x"] {
@@ -525,6 +564,7 @@ secured_on_both_backends!(
     the_database_holds_no_token_in_clear,
     tokens_are_checked_when_made,
     public_ready_and_healthz_need_no_token,
+    a_long_poll_passes_the_same_gate,
     every_write_leaves_an_audit_row_with_actor_and_request_id,
 );
 
