@@ -20,10 +20,14 @@ pub struct PartitionEvidence {
     pub metrics: BTreeMap<String, f64>,
 }
 
-/// Counts taken from the source the batch read (stored as the batch's `source`).
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+/// Counts taken from the source the batch read (stored as the batch's
+/// `source`, and shown so: both fields always present).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SourceEvidence {
+    /// Null when the commit's `source` gave no row count.
+    #[schema(required = true)]
     pub row_count: Option<i64>,
+    /// Named sums; empty when the commit's `source` gave none.
     pub metrics: BTreeMap<String, f64>,
 }
 
@@ -68,6 +72,18 @@ pub enum CheckStatus {
     Warn,
     Fail,
     Skipped,
+}
+
+impl CheckStatus {
+    /// The status as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Pass => "pass",
+            CheckStatus::Warn => "warn",
+            CheckStatus::Fail => "fail",
+            CheckStatus::Skipped => "skipped",
+        }
+    }
 }
 
 /// One check's outcome, as the API reports it.

@@ -47,8 +47,9 @@ pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Opti
         return Ok(None);
     };
     let logs = load_logs(c, batch_id).await?;
-    let events: Vec<EventRow> =
+    let rows: Vec<EventRow> =
         c.all("SELECT kind, at, detail FROM batch_events WHERE batch_id = $1 ORDER BY id", args![batch_id]).await?;
+    let events = rows.into_iter().map(EventRow::into_event).collect::<Result<Vec<_>>>()?;
     let inputs = lineage::inputs_of(c, batch_id).await?;
     Ok(Some(BatchRecord::assemble(b, logs, inputs, Some(events))))
 }
@@ -219,9 +220,10 @@ impl SqlStore {
                 let started: Option<(Option<Json<events::Started>>,)> = c
                     .opt("SELECT detail FROM batch_events WHERE batch_id = $1 AND kind = 'started'", args![&b.batch_id])
                     .await?;
-                let Json(events::Started { residue, retry, .. }) = started.and_then(|(d,)| d).ok_or_else(|| {
-                    anyhow::anyhow!("batch {} has no started event with its retry advice", b.batch_id)
-                })?;
+                let (residue, retry) =
+                    started.and_then(|(d,)| d).and_then(|Json(s)| Some((s.residue, s.retry?))).ok_or_else(|| {
+                        anyhow::anyhow!("batch {} has no started event with its retry advice", b.batch_id)
+                    })?;
                 let inputs = lineage::inputs_of(&mut c, &b.batch_id).await?;
                 return Ok(Started {
                     inputs,
@@ -388,8 +390,8 @@ impl SqlStore {
                 run_ref: req.run_ref.clone(),
                 lease_expires_at,
                 residue: residue.clone(),
-                retry: retry.clone(),
-                cleaned_batch_ids: req.cleaned_batch_ids.clone(),
+                retry: Some(retry.clone()),
+                cleaned_batch_ids: Some(req.cleaned_batch_ids.clone()),
             },
         )
         .await?;
@@ -501,18 +503,18 @@ async fn record_heartbeat(
         let detail = events::Heartbeats {
             first_at: Some(now),
             last_at: Some(now),
-            count: 1,
+            count: Some(1),
             lease_expires_at: Some(lease_expires_at),
         };
         return event(c, batch_id, EventKind::Heartbeat, now, detail).await;
     };
     // A heartbeat event written before the summary kept no count and no
     // first time: it was one, at the event's time.
-    let (count, first_at) = detail.map_or((1, None), |j| (j.0.count, j.0.first_at));
+    let (count, first_at) = detail.map_or((1, None), |j| (j.0.count(), j.0.first_at));
     let detail = events::Heartbeats {
         first_at: Some(first_at.unwrap_or(at)),
         last_at: Some(now),
-        count: count + 1,
+        count: Some(count + 1),
         lease_expires_at: Some(lease_expires_at),
     };
     c.exec("UPDATE batch_events SET detail = $2 WHERE id = $1", args![id, Json(detail)]).await?;

@@ -18,7 +18,7 @@ use super::{BatchRecord, Decided, Decision, FailReport, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Advice, AlertKind, OwnerOf};
 use crate::domain::batch::{BatchState, EventKind, FailStage};
-use crate::domain::checks::{self, CheckName, CheckResult, CommitEvidence, PartitionHistory};
+use crate::domain::checks::{self, CheckName, CommitEvidence, PartitionHistory};
 use crate::domain::names::PartitionSpec;
 use crate::domain::policy::DatasetPolicy;
 use crate::error::{Error, Result};
@@ -59,9 +59,7 @@ impl Decision {
             BatchState::Published => Decided::Published,
             BatchState::Failed => Decided::Failed,
             BatchState::Rejected => {
-                let checks: Vec<CheckResult> = serde_json::from_value(record.checks.clone())
-                    .map_err(|e| anyhow::anyhow!("stored checks of batch {}: {e}", record.batch_id))?;
-                Decided::Rejected { failed_checks: checks::failed(&checks).map(|c| c.name).collect() }
+                Decided::Rejected { failed_checks: checks::failed(&record.checks).map(|c| c.name).collect() }
             }
             other => {
                 return Err(anyhow::anyhow!(

@@ -1,13 +1,15 @@
 //! Rows as stored, and the records the API returns.
 
 use chrono::{DateTime, NaiveDate, Utc};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use sqlx::types::Json;
 
 use super::db::{args, Conn};
+use super::events;
 use super::lineage::InputRecord;
 use crate::domain::batch::{BatchState, EventKind, FailCategory, FailStage, Trigger};
+use crate::domain::checks::{CheckResult, SourceEvidence};
 use crate::domain::deadline::Deadline;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 use crate::domain::readiness::{self, Fitness, PartitionState, Standing};
@@ -33,8 +35,8 @@ pub(super) struct BatchRow {
     pub started_at: DateTime<Utc>,
     pub decided_at: Option<DateTime<Utc>>,
     pub marker: Option<String>,
-    pub source: Option<Json<Value>>,
-    pub checks: Option<Json<Value>>,
+    pub source: Option<Json<SourceEvidence>>,
+    pub checks: Option<Json<Vec<CheckResult>>>,
     pub fail_stage: Option<FailStage>,
     pub fail_category: Option<FailCategory>,
     pub fail_message: Option<String>,
@@ -75,6 +77,28 @@ pub(super) struct EventRow {
     pub detail: Option<Json<Value>>,
 }
 
+impl EventRow {
+    /// The event, its detail read as its kind's type: a detail that is not
+    /// one is a decode error naming the column and the kind, like any
+    /// unknown stored value.
+    pub fn into_event(self) -> Result<Event> {
+        let detail = self.detail.map_or_else(|| Value::Object(Default::default()), |j| j.0);
+        let kind = self.kind;
+        Event::decode(kind, self.at, detail).map_err(|e| {
+            let source = format!("unknown stored value: not the detail of a {kind} event: {e}").into();
+            sqlx::Error::ColumnDecode { index: "detail".into(), source }.into()
+        })
+    }
+}
+
+/// Serialises a document read from a JSON column the way the API showed it
+/// while it was served as a JSON value: through one, so with its keys
+/// sorted. Typing event details, checks and source changed no byte of the
+/// answers.
+fn as_stored<T: Serialize, S: Serializer>(doc: &T, s: S) -> std::result::Result<S::Ok, S::Error> {
+    serde_json::to_value(doc).map_err(serde::ser::Error::custom)?.serialize(s)
+}
+
 /// One partition of a batch (its `task_produce_log` row), with what the batch reported for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchPartition {
@@ -102,19 +126,116 @@ pub struct Failure {
     pub message: Option<String>,
 }
 
-/// One entry of a batch's history, in order.
+/// One entry of a batch's history, in order: what happened (`kind`, one of
+/// `EventKind`), when, and the detail of that kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Event {
-    pub kind: EventKind,
-    pub at: DateTime<Utc>,
-    /// Kind-specific detail, e.g. the residue at `started`, the state and
-    /// failed checks at `committed`, the newer batch at
-    /// `superseded`/`abandoned`. Heartbeats are summed up in one `heartbeat`
-    /// event at the first one, whose detail is `{first_at, last_at, count,
-    /// lease_expires_at}`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Value)]
-    pub detail: Option<Value>,
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// The batch started: how, its lease, the residue earlier attempts left and the retry advice.
+    Started {
+        at: DateTime<Utc>,
+        #[serde(serialize_with = "as_stored")]
+        detail: events::Started,
+    },
+    /// Every heartbeat of the batch, summed up in one event at the first one.
+    Heartbeat {
+        at: DateTime<Utc>,
+        #[serde(serialize_with = "as_stored")]
+        detail: events::Heartbeats,
+    },
+    /// The task reported that its write to the target committed.
+    Written {
+        at: DateTime<Utc>,
+        #[serde(serialize_with = "as_stored")]
+        detail: events::Written,
+    },
+    /// The commit was decided: published, or rejected with the checks that failed.
+    Committed {
+        at: DateTime<Utc>,
+        #[serde(serialize_with = "as_stored")]
+        detail: events::Committed,
+    },
+    /// The task reported that it failed.
+    Failed {
+        at: DateTime<Utc>,
+        #[serde(serialize_with = "as_stored")]
+        detail: events::Failed,
+    },
+    /// The lease ran out: found by the lease scan, or by a newer batch starting on its partitions.
+    Abandoned {
+        at: DateTime<Utc>,
+        #[serde(serialize_with = "as_stored")]
+        detail: events::Abandoned,
+    },
+    /// A newer batch re-published the last of its partitions.
+    Superseded {
+        at: DateTime<Utc>,
+        #[serde(serialize_with = "as_stored")]
+        detail: events::Superseded,
+    },
+    /// The task reported a failure after its commit had published (it never heard the answer).
+    FailAfterPublish {
+        at: DateTime<Utc>,
+        #[serde(serialize_with = "as_stored")]
+        detail: events::Failed,
+    },
+}
+
+impl Event {
+    /// The event of `kind` with its stored detail.
+    fn decode(kind: EventKind, at: DateTime<Utc>, detail: Value) -> serde_json::Result<Self> {
+        use serde_json::from_value as read;
+        Ok(match kind {
+            EventKind::Started => Self::Started { at, detail: read(detail)? },
+            EventKind::Heartbeat => Self::Heartbeat { at, detail: read(detail)? },
+            EventKind::Written => Self::Written { at, detail: read(detail)? },
+            EventKind::Committed => Self::Committed { at, detail: read(detail)? },
+            EventKind::Failed => Self::Failed { at, detail: read(detail)? },
+            EventKind::Abandoned => Self::Abandoned { at, detail: read(detail)? },
+            EventKind::Superseded => Self::Superseded { at, detail: read(detail)? },
+            EventKind::FailAfterPublish => Self::FailAfterPublish { at, detail: read(detail)? },
+        })
+    }
+
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Self::Started { .. } => EventKind::Started,
+            Self::Heartbeat { .. } => EventKind::Heartbeat,
+            Self::Written { .. } => EventKind::Written,
+            Self::Committed { .. } => EventKind::Committed,
+            Self::Failed { .. } => EventKind::Failed,
+            Self::Abandoned { .. } => EventKind::Abandoned,
+            Self::Superseded { .. } => EventKind::Superseded,
+            Self::FailAfterPublish { .. } => EventKind::FailAfterPublish,
+        }
+    }
+
+    pub fn at(&self) -> DateTime<Utc> {
+        match self {
+            Self::Started { at, .. }
+            | Self::Heartbeat { at, .. }
+            | Self::Written { at, .. }
+            | Self::Committed { at, .. }
+            | Self::Failed { at, .. }
+            | Self::Abandoned { at, .. }
+            | Self::Superseded { at, .. }
+            | Self::FailAfterPublish { at, .. } => *at,
+        }
+    }
+
+    /// The detail as the API shows it (the console prints it).
+    pub fn detail_json(&self) -> Value {
+        let json = match self {
+            Self::Started { detail, .. } => serde_json::to_value(detail),
+            Self::Heartbeat { detail, .. } => serde_json::to_value(detail),
+            Self::Written { detail, .. } => serde_json::to_value(detail),
+            Self::Committed { detail, .. } => serde_json::to_value(detail),
+            Self::Failed { detail, .. } | Self::FailAfterPublish { detail, .. } => serde_json::to_value(detail),
+            Self::Abandoned { detail, .. } => serde_json::to_value(detail),
+            Self::Superseded { detail, .. } => serde_json::to_value(detail),
+        };
+        json.unwrap_or(Value::Null)
+    }
 }
 
 /// A batch: its request, state, timestamps, partitions, checks and (when
@@ -140,12 +261,12 @@ pub struct BatchRecord {
     /// In partition-name order.
     pub partitions: Vec<BatchPartition>,
     pub marker: Option<String>,
-    /// The `source` evidence of the commit.
-    #[schema(value_type = Option<crate::api::SourceStats>)]
-    pub source: Option<Value>,
+    /// The `source` counts of the commit, if it gave them.
+    #[serde(serialize_with = "as_stored")]
+    pub source: Option<SourceEvidence>,
     /// Empty until the batch is committed.
-    #[schema(value_type = Vec<crate::domain::checks::CheckResult>)]
-    pub checks: Value,
+    #[serde(serialize_with = "as_stored")]
+    pub checks: Vec<CheckResult>,
     pub failure: Option<Failure>,
     /// The batch that superseded or abandoned this one.
     pub superseded_by: Option<String>,
@@ -167,7 +288,7 @@ impl BatchRecord {
         b: BatchRow,
         logs: Vec<LogRow>,
         inputs: Vec<InputRecord>,
-        events: Option<Vec<EventRow>>,
+        events: Option<Vec<Event>>,
     ) -> Self {
         let state = b.state();
         let failure =
@@ -203,16 +324,14 @@ impl BatchRecord {
                 .collect(),
             marker: b.marker,
             source: b.source.map(|j| j.0),
-            checks: b.checks.map(|j| j.0).unwrap_or_else(|| Value::Array(vec![])),
+            checks: b.checks.map(|j| j.0).unwrap_or_default(),
             failure,
             superseded_by: b.superseded_by,
             written_at: b.written_at,
             inputs,
             allow_unready_inputs: b.allow_unready_inputs,
             repair_id: b.repair_id,
-            events: events.map(|es| {
-                es.into_iter().map(|e| Event { kind: e.kind, at: e.at, detail: e.detail.map(|j| j.0) }).collect()
-            }),
+            events,
         }
     }
 }
@@ -488,5 +607,51 @@ impl From<DatasetRow> for DatasetRecord {
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Each kind's stored detail (as written now, and as the first version
+    /// wrote `started` and `heartbeat`) reads as that kind's event, which
+    /// shows it byte for byte as the stored JSON value did.
+    #[test]
+    fn every_kind_reads_its_stored_detail_and_shows_it_unchanged() {
+        let at: DateTime<Utc> = "2026-08-24T01:00:00Z".parse().unwrap();
+        let retry = json!({"safe": true, "cleanup": {}, "reason": "nothing to clean"});
+        let residue = json!([{"batch_id": "t-20260824-001", "state": "abandoned", "partitions": ["dt=2026-08-24"]}]);
+        let stored = [
+            (
+                EventKind::Started,
+                json!({"trigger": "scheduled", "run_ref": null, "lease_expires_at": at,
+                "residue": residue, "retry": retry, "cleaned_batch_ids": []}),
+            ),
+            (EventKind::Started, json!({"trigger": "retry", "run_ref": "r", "lease_expires_at": at, "residue": []})),
+            (EventKind::Heartbeat, json!({"first_at": at, "last_at": at, "count": 3, "lease_expires_at": at})),
+            (EventKind::Heartbeat, json!({"lease_expires_at": at})),
+            (EventKind::Written, json!({"partitions": [{"partition": "dt=2026-08-24", "rows_written": 5}]})),
+            (EventKind::Committed, json!({"state": "published", "marker": "m"})),
+            (EventKind::Committed, json!({"state": "rejected", "failed_checks": ["non_empty", "unique_keys"]})),
+            (EventKind::Failed, json!({"stage": "write", "category": "unknown", "message": null})),
+            (EventKind::Abandoned, json!({"lease_expired_at": at, "by": null})),
+            (EventKind::Superseded, json!({"by": "t-20260824-002"})),
+            (EventKind::FailAfterPublish, json!({"stage": "verify", "category": "data", "message": "late"})),
+        ];
+        for (kind, detail) in stored {
+            let event = Event::decode(kind, at, detail.clone()).unwrap_or_else(|e| panic!("{kind} {detail}: {e}"));
+            assert_eq!(event.kind(), kind);
+            assert_eq!(event.at(), at);
+            let shown = serde_json::to_string(&event).unwrap();
+            let at_json = serde_json::to_string(&at).unwrap();
+            let expected = format!(r#"{{"kind":"{kind}","at":{at_json},"detail":{detail}}}"#);
+            assert_eq!(shown, expected);
+            assert_eq!(serde_json::from_str::<Event>(&shown).unwrap(), event, "a stored decision reads back");
+            assert_eq!(event.detail_json(), detail);
+        }
+        let wrong = Event::decode(EventKind::Superseded, at, json!({}));
+        assert!(wrong.is_err(), "a detail that is not its kind's is an error");
     }
 }

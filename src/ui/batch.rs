@@ -5,15 +5,14 @@
 use axum::extract::{Path, Query, State};
 use maud::{html, Markup};
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::{
     badge, batch_href, count, dataset_href, enc, layout, lineage_href, not_found, value_text, when, Section, UiResult,
 };
-use crate::domain::batch::{BatchState, EventKind};
+use crate::domain::batch::BatchState;
 use crate::error::Error;
 use crate::http::AppState;
-use crate::store::{BatchQuery, BatchRecord};
+use crate::store::{events, BatchQuery, BatchRecord, Event};
 
 #[derive(Deserialize)]
 pub(super) struct Filter {
@@ -86,9 +85,11 @@ pub(super) async fn page(State(app): State<AppState>, Path(batch_id): Path<Strin
     }
     let now = app.store.now();
     let events = b.events.clone().unwrap_or_default();
-    let started =
-        events.iter().find(|e| e.kind == EventKind::Started).and_then(|e| e.detail.clone()).unwrap_or(Value::Null);
-    let checks: Vec<Value> = b.checks.as_array().cloned().unwrap_or_default();
+    let started = events.iter().find_map(|e| match e {
+        Event::Started { detail, .. } => Some(detail),
+        _ => None,
+    });
+    let checks = &b.checks;
 
     let body = html! {
         h1 { span.dim { "Batch " } span.mono { (b.batch_id) } " " (badge(b.state.as_str())) }
@@ -117,15 +118,15 @@ pub(super) async fn page(State(app): State<AppState>, Path(batch_id): Path<Strin
                 table.checks {
                     thead { tr { th { "Check" } th { "Partition" } th { "Status" } th { "Observed" } th { "Expected" } th { "Blocking" } th { "Message" } } }
                     tbody {
-                        @for c in &checks {
-                            tr class={ "c-" (c["status"].as_str().unwrap_or("")) } {
-                                td { code { (value_text(&c["name"])) } }
-                                td { (c["partition"].as_str().unwrap_or("—")) }
-                                td { (badge(c["status"].as_str().unwrap_or("?"))) }
-                                td.mono { (value_text(&c["observed"])) }
-                                td.mono { (value_text(&c["expected"])) }
-                                td { (if c["blocking"] == true { "blocks" } else { "warns only" }) }
-                                td { (value_text(&c["message"])) }
+                        @for c in checks {
+                            tr class={ "c-" (c.status.as_str()) } {
+                                td { code { (c.name) } }
+                                td { (c.partition.as_deref().unwrap_or("—")) }
+                                td { (badge(c.status.as_str())) }
+                                td.mono { (value_text(&c.observed)) }
+                                td.mono { (value_text(&c.expected)) }
+                                td { (if c.blocking { "blocks" } else { "warns only" }) }
+                                td { (c.message) }
                             }
                         }
                     }
@@ -177,18 +178,19 @@ pub(super) async fn page(State(app): State<AppState>, Path(batch_id): Path<Strin
 
         section aria-labelledby="retry-h" {
             h2 #retry-h { "Residue and retry advice (at start)" }
-            (retry(&started))
+            (retry(started))
         }
 
         section aria-labelledby="events-h" {
             h2 #events-h { "Timeline" }
             ol.timeline {
                 @for e in &events {
-                    li class={ "ev-" (e.kind) } {
-                        (when(e.at)) " " strong { (e.kind.as_str().replace('_', " ")) }
-                        @if let Some(d) = &e.detail { @if d.as_object().is_some_and(|o| !o.is_empty()) {
-                            details { summary { "detail" } pre { (serde_json::to_string_pretty(d).unwrap_or_default()) } }
-                        } }
+                    li class={ "ev-" (e.kind()) } {
+                        (when(e.at())) " " strong { (e.kind().as_str().replace('_', " ")) }
+                        @let d = e.detail_json();
+                        @if d.as_object().is_some_and(|o| !o.is_empty()) {
+                            details { summary { "detail" } pre { (serde_json::to_string_pretty(&d).unwrap_or_default()) } }
+                        }
                     }
                 }
                 @if let Some(d) = b.decided_at {
@@ -207,31 +209,33 @@ fn opt_count(n: Option<i64>) -> String {
 
 /// The residue earlier attempts left, the statement that cleans it, and
 /// whether a retry is safe, as the start answered them.
-fn retry(started: &Value) -> Markup {
-    let residue = started["residue"].as_array().cloned().unwrap_or_default();
-    let advice = &started["retry"];
+fn retry(started: Option<&events::Started>) -> Markup {
+    let residue = started.map(|s| s.residue.as_slice()).unwrap_or_default();
+    let advice = started.and_then(|s| s.retry.as_ref());
+    let cleaned = started.and_then(|s| s.cleaned_batch_ids.as_deref()).unwrap_or_default();
     html! {
         @if residue.is_empty() {
             p { "No earlier attempt left rows behind." }
         } @else {
             table {
                 thead { tr { th { "Residue batch" } th { "State" } th { "Partitions" } } }
-                tbody { @for r in &residue { tr {
-                    td { a.mono href=(batch_href(r["batch_id"].as_str().unwrap_or(""))) { (value_text(&r["batch_id"])) } }
-                    td { (badge(r["state"].as_str().unwrap_or("?"))) }
-                    td { (value_text(&r["partitions"])) }
+                tbody { @for r in residue { tr {
+                    td { a.mono href=(batch_href(&r.batch_id)) { (r.batch_id) } }
+                    td { (badge(r.state.as_str())) }
+                    td { (r.partitions.join(", ")) }
                 } } }
             }
         }
-        @if advice.is_object() {
-            p { "Retry " @if advice["safe"] == true { (badge("safe")) } @else { (badge("unsafe")) } " " (value_text(&advice["reason"])) }
-            @if let Some(stmt) = advice["cleanup"]["statement"].as_str() {
+        @if let Some(advice) = advice {
+            p { "Retry " @if advice.safe { (badge("safe")) } @else { (badge("unsafe")) } " " (advice.reason) }
+            // `cleanup` is free-form in RetryAdvice: `{}`, or `batch_ids` and a `statement`.
+            @if let Some(stmt) = advice.cleanup["statement"].as_str() {
                 p { "Clean up first:" }
                 pre.stmt { code { (stmt) } }
             }
         }
-        @if let Some(cleaned) = started["cleaned_batch_ids"].as_array().filter(|a| !a.is_empty()) {
-            p.dim { "The task said it cleaned: " (value_text(&Value::Array(cleaned.clone()))) }
+        @if !cleaned.is_empty() {
+            p.dim { "The task said it cleaned: " (cleaned.join(", ")) }
         }
     }
 }

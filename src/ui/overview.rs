@@ -4,11 +4,11 @@
 
 use axum::extract::State;
 use maud::{html, Markup};
-use serde_json::Value;
 
 use super::{badge, batch_href, dataset_href, layout, span_words, value_text, when, Section, UiResult};
 use crate::domain::alerts::AlertKind;
 use crate::domain::batch::BatchState;
+use crate::domain::checks::{CheckResult, CheckStatus};
 use crate::http::AppState;
 use crate::store::{AlertQuery, AlertRecord, BatchQuery, BatchRecord};
 
@@ -111,8 +111,7 @@ pub(super) async fn page(State(app): State<AppState>) -> UiResult {
 
 /// One row per failed check of a rejected batch.
 fn rejection_rows(b: &BatchRecord) -> Markup {
-    let failed: Vec<&Value> =
-        b.checks.as_array().map(|cs| cs.iter().filter(|c| c["status"] == "fail").collect()).unwrap_or_default();
+    let failed: Vec<&CheckResult> = b.checks.iter().filter(|c| c.status == CheckStatus::Fail).collect();
     html! {
         @if failed.is_empty() {
             tr { (batch_cells(b)) td colspan="3" { "—" } td { (b.decided_at.map(when).unwrap_or_default()) } }
@@ -120,10 +119,10 @@ fn rejection_rows(b: &BatchRecord) -> Markup {
         @for c in &failed {
             tr {
                 (batch_cells(b))
-                td { (badge("fail")) " " code { (value_text(&c["name"])) }
-                    @if let Some(p) = c["partition"].as_str() { " " span.dim { (p) } } }
-                td.mono { (value_text(&c["observed"])) }
-                td.mono { (value_text(&c["expected"])) }
+                td { (badge("fail")) " " code { (c.name) }
+                    @if let Some(p) = &c.partition { " " span.dim { (p) } } }
+                td.mono { (value_text(&c.observed)) }
+                td.mono { (value_text(&c.expected)) }
                 td { (b.decided_at.map(when).unwrap_or_default()) }
             }
         }

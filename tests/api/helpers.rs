@@ -235,6 +235,17 @@ impl TestApp {
         (status, text)
     }
 
+    /// Gets `path` and returns the answer's exact bytes (checked against
+    /// the spec like every answer).
+    pub async fn get_bytes(&self, path: &str) -> (StatusCode, String) {
+        let resp = self.client.get(format!("{}{path}", self.base)).send().await.expect("request");
+        let status = resp.status();
+        let text = resp.text().await.expect("body");
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON body for {path}: {text:?}"));
+        crate::conformance::check("GET", path, status.as_u16(), &value);
+        (status, text)
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
         self.request(reqwest::Method::POST, path, Some(body)).await
     }
@@ -335,6 +346,28 @@ impl TestApp {
             Backend::Postgres => {
                 let mut c = sqlx::PgConnection::connect(&self.db.url).await.expect("postgres");
                 sqlx::query_scalar(query).fetch_one(&mut c).await.expect("sql")
+            }
+        }
+    }
+
+    /// Every row of `query`, whose columns must all be text.
+    pub async fn sql_rows(&self, query: &str) -> Vec<Vec<Option<String>>> {
+        use sqlx::Row;
+        fn texts<R: Row>(rows: Vec<R>) -> Vec<Vec<Option<String>>>
+        where
+            usize: sqlx::ColumnIndex<R>,
+            for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        {
+            rows.iter().map(|r| (0..r.len()).map(|i| r.try_get(i).expect("a text column")).collect()).collect()
+        }
+        match self.backend {
+            Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.db.url).await.expect("sqlite");
+                texts(sqlx::query(query).fetch_all(&mut c).await.expect("sql"))
+            }
+            Backend::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.db.url).await.expect("postgres");
+                texts(sqlx::query(query).fetch_all(&mut c).await.expect("sql"))
             }
         }
     }

@@ -18,6 +18,7 @@ mod edge;
 mod faults;
 mod fitness;
 mod growth;
+mod history;
 mod hostile;
 mod jwt;
 mod lifecycle;

@@ -1,0 +1,152 @@
+//! A batch's history (`events`), its checks and its source as the API shows
+//! them: typed documents, served byte for byte as they were while they were
+//! read back as JSON values, including events written by earlier versions.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::helpers::{clean, TestApp};
+use crate::on_both_backends;
+
+const DS: &str = "dws.order_detail";
+const TASK: &str = "dws_order_detail_daily";
+const DT: &str = "2026-08-24";
+const P: &str = "dt=2026-08-24";
+
+on_both_backends!(
+    every_event_detail_checks_and_source_are_served_as_stored,
+    events_written_by_earlier_versions_read_and_show_as_stored,
+    an_event_detail_that_is_not_its_kinds_is_a_storage_error,
+);
+
+/// Checks that `GET /v1/batches/{id}` shows every stored event, in order,
+/// with its detail, and the batch's checks and source, exactly as the stored
+/// JSON read as a value serialises (keys sorted, compact). Returns the kinds.
+async fn served_as_stored(app: &TestApp, id: &str) -> Vec<String> {
+    let (status, body) = app.get_bytes(&format!("/v1/batches/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let as_value = |text: Option<&str>| -> String {
+        let stored: Value = text.map_or(Value::Null, |t| serde_json::from_str(t).expect("stored JSON"));
+        serde_json::to_string(&stored).expect("JSON")
+    };
+    let rows = app
+        .sql_rows(&format!("SELECT kind, CAST(detail AS TEXT) FROM batch_events WHERE batch_id = '{id}' ORDER BY id"))
+        .await;
+    let record: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(record["events"].as_array().expect("events").len(), rows.len(), "{body}");
+    let mut rest = body.as_str();
+    let mut kinds = Vec::new();
+    for row in &rows {
+        let kind = row[0].clone().expect("kind");
+        let head = format!("{{\"kind\":\"{kind}\",\"at\":");
+        let at = rest.find(&head).unwrap_or_else(|| panic!("no {head} after the events before it in {body}"));
+        rest = &rest[at + head.len()..];
+        rest = &rest[rest.find("\",").expect("the time") + 2..];
+        let detail = format!("\"detail\":{}}}", as_value(row[1].as_deref()));
+        assert!(rest.starts_with(&detail), "{kind}: {detail} is not at {rest}");
+        rest = &rest[detail.len()..];
+        kinds.push(kind);
+    }
+    let batch = app
+        .sql_rows(&format!("SELECT CAST(checks AS TEXT), CAST(source AS TEXT) FROM batches WHERE batch_id = '{id}'"))
+        .await;
+    let checks = batch[0][0].as_deref().map_or_else(|| "[]".to_owned(), |c| as_value(Some(c)));
+    assert!(body.contains(&format!("\"checks\":{checks},")), "checks {checks} not as stored in {body}");
+    let source = as_value(batch[0][1].as_deref());
+    assert!(body.contains(&format!("\"source\":{source},")), "source {source} not as stored in {body}");
+    kinds
+}
+
+async fn every_event_detail_checks_and_source_are_served_as_stored(app: TestApp) {
+    let start = |dataset: &str, partition: &str| {
+        let body = json!({"task": TASK, "dataset": dataset, "dt": DT, "partitions": [partition], "lease_seconds": 60});
+        let app = &app;
+        async move {
+            let (status, started) = app.post("/v1/batches", &body).await;
+            assert_eq!(status, StatusCode::CREATED, "{started}");
+            started["batch_id"].as_str().expect("batch_id").to_owned()
+        }
+    };
+    // started, two heartbeats, written, committed (published, with a
+    // source), fail_after_publish, then superseded by a restatement.
+    let a = start(DS, P).await;
+    for _ in 0..2 {
+        assert_eq!(app.post(&format!("/v1/batches/{a}/heartbeat"), &json!({})).await.0, StatusCode::OK);
+    }
+    let written = json!({"partitions": [{"partition": P, "rows_written": 5}]});
+    assert_eq!(app.post(&format!("/v1/batches/{a}/written"), &written).await.0, StatusCode::OK);
+    let mut evidence = clean(P, 5);
+    evidence["source"] = json!({"row_count": 5});
+    assert_eq!(app.commit(&a, &evidence).await.0, StatusCode::OK);
+    app.post(&format!("/v1/batches/{a}/fail"), &json!({"stage": "verify", "category": "data", "message": "late"}))
+        .await;
+    let b = start(DS, P).await;
+    assert_eq!(app.commit(&b, &clean(P, 5)).await.0, StatusCode::OK);
+    // committed (rejected, with its failed checks).
+    let c = start("d.rejected", P).await;
+    let mut bad = clean(P, 5);
+    bad["partitions"][0]["row_count"] = json!(4);
+    assert_eq!(app.commit(&c, &bad).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    // failed.
+    let d = start("d.failed", P).await;
+    app.post(&format!("/v1/batches/{d}/fail"), &json!({"stage": "write", "category": "unknown"})).await;
+    // abandoned by a newer start, then by the lease scan.
+    let e = start("d.abandoned", P).await;
+    app.clock.advance(chrono::Duration::seconds(61));
+    let f = start("d.abandoned", P).await;
+    app.clock.advance(chrono::Duration::seconds(61));
+    app.scan().await;
+
+    let mut kinds = Vec::new();
+    for id in [&a, &b, &c, &d, &e, &f] {
+        kinds.extend(served_as_stored(&app, id).await);
+    }
+    kinds.sort();
+    kinds.dedup();
+    let every: Vec<&str> =
+        ["abandoned", "committed", "fail_after_publish", "failed", "heartbeat", "started", "superseded", "written"]
+            .into();
+    assert_eq!(kinds, every, "every event kind is covered");
+    let (_, record) = app.get(&format!("/v1/batches/{a}")).await;
+    assert_eq!(record["source"], json!({"row_count": 5, "metrics": {}}));
+    let heartbeat = record["events"].as_array().unwrap().iter().find(|e| e["kind"] == "heartbeat").unwrap();
+    assert_eq!(heartbeat["detail"]["count"], 2);
+}
+
+/// The first version wrote a `started` event without retry advice or
+/// cleaned batch ids, and one `heartbeat` event per heartbeat holding only
+/// the lease it set.
+async fn events_written_by_earlier_versions_read_and_show_as_stored(app: TestApp) {
+    let id = app.start_ok(TASK, DS, DT, &[P]).await;
+    app.sql(&format!(
+        "DELETE FROM batch_events WHERE batch_id = '{id}';
+         INSERT INTO batch_events (batch_id, kind, at, detail) VALUES
+           ('{id}', 'started', '2026-08-24T01:00:00+00:00',
+            '{{\"trigger\": \"scheduled\", \"run_ref\": null, \"lease_expires_at\": \"2026-08-24T02:00:00Z\", \"residue\": []}}'),
+           ('{id}', 'heartbeat', '2026-08-24T01:10:00+00:00', '{{\"lease_expires_at\": \"2026-08-24T02:10:00Z\"}}');"
+    ))
+    .await;
+    let kinds = served_as_stored(&app, &id).await;
+    assert_eq!(kinds, ["started", "heartbeat"]);
+    let (_, record) = app.get(&format!("/v1/batches/{id}")).await;
+    assert_eq!(record["events"][0]["detail"].get("retry"), None, "absent, as stored");
+    assert_eq!(record["events"][1]["detail"], json!({"lease_expires_at": "2026-08-24T02:10:00Z"}));
+    let page = app.client.get(format!("{}/ui/batches/{id}", app.base)).send().await.expect("console");
+    assert_eq!(page.status(), StatusCode::OK, "the console shows it too");
+
+    // The next heartbeat sums up onto the old event: it was one, at the event's time.
+    assert_eq!(app.post(&format!("/v1/batches/{id}/heartbeat"), &json!({})).await.0, StatusCode::OK);
+    let (_, record) = app.get(&format!("/v1/batches/{id}")).await;
+    let detail = &record["events"][1]["detail"];
+    assert_eq!((detail["count"].as_i64(), detail["first_at"].as_str()), (Some(2), Some("2026-08-24T01:10:00Z")));
+}
+
+async fn an_event_detail_that_is_not_its_kinds_is_a_storage_error(app: TestApp) {
+    let id = app.start_ok(TASK, DS, DT, &[P]).await;
+    app.sql(&format!(
+        "INSERT INTO batch_events (batch_id, kind, at, detail) VALUES ('{id}', 'superseded', '2026-08-24T01:00:00+00:00', '{{}}')"
+    ))
+    .await;
+    let (status, err) = app.get(&format!("/v1/batches/{id}")).await;
+    assert_eq!((status, err["error"]["code"].as_str()), (StatusCode::INTERNAL_SERVER_ERROR, Some("storage_error")));
+}
