@@ -15,15 +15,6 @@ pub enum DeliveryState {
     GivenUp,
 }
 
-/// What to clean before writing: `{}` when nothing needs cleaning.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct Cleanup {
-    batch_ids: Option<Vec<String>>,
-    /// `DELETE FROM <dataset> WHERE batch_id IN (...)`.
-    statement: Option<String>,
-}
-
 /// When a `/ready` long-poll may answer before its deadline.
 #[derive(ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -10,11 +10,20 @@ use super::policy::WriteMode;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RetryAdvice {
     pub safe: bool,
-    /// What to clean before writing: `{}` when nothing; else `batch_ids` and
-    /// a ready-to-run `statement` (`DELETE FROM <dataset> WHERE batch_id IN (...)`).
-    #[schema(value_type = crate::api::schemas::Cleanup)]
-    pub cleanup: Value,
+    /// What to clean before writing: `{}` when nothing.
+    pub cleanup: Cleanup,
     pub reason: String,
+}
+
+/// What to clean before writing: `{}` when nothing needs cleaning.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Cleanup {
+    /// The residue batches whose rows to delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_ids: Option<Vec<String>>,
+    /// `DELETE FROM <dataset> WHERE batch_id IN (...)`, ready to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement: Option<String>,
 }
 
 /// Why a start is refused outright.
@@ -40,15 +49,15 @@ pub fn advise(
     residue: &[String],
     cleaned: &[String],
 ) -> Result<RetryAdvice, Refusal> {
-    let cleanup = || json!({"batch_ids": residue, "statement": delete_statement(dataset, residue)});
+    let cleanup = || Cleanup { batch_ids: Some(residue.to_vec()), statement: Some(delete_statement(dataset, residue)) };
     match mode {
         WriteMode::OverwritePartition => Ok(RetryAdvice {
             safe: true,
-            cleanup: json!({}),
+            cleanup: Cleanup::default(),
             reason: "overwrite_partition: the rewrite replaces every earlier row of the partitions".into(),
         }),
         WriteMode::DeleteInsertByBatch if residue.is_empty() => {
-            Ok(RetryAdvice { safe: true, cleanup: json!({}), reason: "delete_insert_by_batch: no earlier attempt left rows".into() })
+            Ok(RetryAdvice { safe: true, cleanup: Cleanup::default(), reason: "delete_insert_by_batch: no earlier attempt left rows".into() })
         }
         WriteMode::DeleteInsertByBatch => Ok(RetryAdvice {
             safe: true,
@@ -56,11 +65,11 @@ pub fn advise(
             reason: format!("delete_insert_by_batch: safe after deleting the rows of {} earlier attempt(s)", residue.len()),
         }),
         WriteMode::Merge if has_unique_key => {
-            Ok(RetryAdvice { safe: true, cleanup: json!({}), reason: "merge on the unique key: re-merging the same rows is idempotent".into() })
+            Ok(RetryAdvice { safe: true, cleanup: Cleanup::default(), reason: "merge on the unique key: re-merging the same rows is idempotent".into() })
         }
         WriteMode::Merge if residue.is_empty() => Ok(RetryAdvice {
             safe: false,
-            cleanup: json!({}),
+            cleanup: Cleanup::default(),
             reason: "merge without a unique key: a retry after a partial write would duplicate rows".into(),
         }),
         WriteMode::Merge => Err(Refusal {
@@ -76,7 +85,7 @@ pub fn advise(
                 } else {
                     format!("append: the rows of {} earlier attempt(s) were cleaned (acknowledged)", residue.len())
                 };
-                Ok(RetryAdvice { safe: true, cleanup: json!({}), reason })
+                Ok(RetryAdvice { safe: true, cleanup: Cleanup::default(), reason })
             } else {
                 Err(Refusal {
                     code: "cleanup_required",
@@ -103,7 +112,8 @@ mod tests {
     fn overwrite_is_always_safe() {
         let a = advise(WriteMode::OverwritePartition, "d", false, &ids(&["b-1"]), &[]).unwrap();
         assert!(a.safe);
-        assert_eq!(a.cleanup, json!({}));
+        assert_eq!(a.cleanup, Cleanup::default());
+        assert_eq!(serde_json::to_string(&a.cleanup).unwrap(), "{}");
     }
 
     #[test]
@@ -112,7 +122,10 @@ mod tests {
             advise(WriteMode::DeleteInsertByBatch, "dws.x", false, &ids(&["t-20260824-002", "t-20260824-003"]), &[])
                 .unwrap();
         assert!(a.safe);
-        assert_eq!(a.cleanup["statement"], "DELETE FROM dws.x WHERE batch_id IN ('t-20260824-002', 't-20260824-003')");
+        assert_eq!(
+            a.cleanup.statement.as_deref().unwrap(),
+            "DELETE FROM dws.x WHERE batch_id IN ('t-20260824-002', 't-20260824-003')"
+        );
     }
 
     #[test]

@@ -228,8 +228,7 @@ fn retry(started: Option<&events::Started>) -> Markup {
         }
         @if let Some(advice) = advice {
             p { "Retry " @if advice.safe { (badge("safe")) } @else { (badge("unsafe")) } " " (advice.reason) }
-            // `cleanup` is free-form in RetryAdvice: `{}`, or `batch_ids` and a `statement`.
-            @if let Some(stmt) = advice.cleanup["statement"].as_str() {
+            @if let Some(stmt) = &advice.cleanup.statement {
                 p { "Clean up first:" }
                 pre.stmt { code { (stmt) } }
             }
