@@ -43,7 +43,7 @@ pub async fn gate(State(app): State<AppState>, req: Request, next: Next) -> Resp
     }
 
     let actor = if gate.required {
-        match bearer(&req) {
+        match bearer(req.headers()) {
             None => return unauthenticated(&AuthError::Unauthenticated("send Authorization: Bearer <token>".into())),
             Some(secret) => match gate.authenticator.authenticate(&secret).await {
                 Ok(actor) => actor,
@@ -96,8 +96,9 @@ pub async fn gate(State(app): State<AppState>, req: Request, next: Next) -> Resp
     resp
 }
 
-fn bearer(req: &Request) -> Option<String> {
-    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+/// The secret of an `Authorization: Bearer <secret>` header.
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, secret) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| secret.trim().to_owned())
 }

@@ -231,6 +231,13 @@ pub struct Gate {
     pub authenticator: Authenticator,
 }
 
+impl Gate {
+    /// Whether `GET /ready` needs a `read` token.
+    pub fn ready_needs_token(&self) -> bool {
+        self.required && !self.public_ready
+    }
+}
+
 /// Makes a token: checks the name and scopes (422 naming the field), stores
 /// the hash, and returns the secret, which exists nowhere else from then on.
 /// Shared by `POST /v1/tokens` and `batchgate token create`.

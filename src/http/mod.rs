@@ -123,33 +123,36 @@ impl ReadyFastPath {
         Self { state, ids: SequentialRequestId::new() }
     }
 
+    /// Whether the request is a `GET /ready` with no body: the only kind
+    /// either path ahead of the router takes.
+    fn is_plain_ready<B>(req: &Request<B>) -> bool {
+        use axum::http::{header, Method};
+        let headers = req.headers();
+        req.method() == Method::GET
+            && req.uri().path() == "/ready"
+            && !headers.contains_key(header::CONTENT_LENGTH)
+            && !headers.contains_key(header::TRANSFER_ENCODING)
+    }
+
+    /// The request's `x-request-id`, or a new one (as `SetRequestIdLayer` gives).
+    fn request_id<B>(&self, req: &Request<B>) -> HeaderValue {
+        match req.headers().get("x-request-id") {
+            Some(id) => id.clone(),
+            None => self.ids.next(),
+        }
+    }
+
     /// The response, if this request is one the fast path answers.
     pub fn answer<B>(&self, req: &Request<B>) -> Option<axum::response::Response> {
-        use axum::http::{header, Method};
+        use axum::http::header;
         use axum::response::IntoResponse;
-        if req.method() != Method::GET || req.uri().path() != "/ready" {
-            return None;
-        }
-        let gate = &self.state.auth;
-        if gate.required && !gate.public_ready {
-            return None;
-        }
-        let headers = req.headers();
-        if headers.contains_key(header::CONTENT_LENGTH) || headers.contains_key(header::TRANSFER_ENCODING) {
+        if !Self::is_plain_ready(req) || self.state.auth.ready_needs_token() {
             return None;
         }
         let began = std::time::Instant::now();
         let body = ready::ready_from_cache(&self.state, req.uri().query())?;
-        let id = match headers.get("x-request-id") {
-            Some(id) => id.clone(),
-            None => self.ids.next(),
-        };
-        let mut resp = (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response();
-        resp.headers_mut().insert(HeaderName::from_static("x-request-id"), id);
-        let took = began.elapsed().as_secs_f64();
-        self.state.metrics.http_request("/ready", 200, took);
-        tracing::debug!(method = "GET", route = "/ready", status = 200, duration_ms = took * 1000.0, "request");
-        Some(resp)
+        let resp = (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        Some(counted(&self.state, resp, self.request_id(req), began))
     }
 
     /// A `/ready?wait=` long-poll, to be served ahead of the router and
@@ -161,39 +164,20 @@ impl ReadyFastPath {
     /// well-formed queries with nothing for another layer to refuse (a body,
     /// a NUL) are taken.
     pub fn long_poll<B>(&self, req: &Request<B>) -> Option<ReadyLongPoll> {
-        use axum::http::{header, Method};
-        if req.method() != Method::GET || req.uri().path() != "/ready" {
-            return None;
-        }
-        let headers = req.headers();
-        if headers.contains_key(header::CONTENT_LENGTH) || headers.contains_key(header::TRANSFER_ENCODING) {
-            return None;
-        }
-        if strict_url::nul_field(None, req.uri().query()).is_some() {
+        if !Self::is_plain_ready(req) || strict_url::nul_field(None, req.uri().query()).is_some() {
             return None;
         }
         let poll = ready::LongPoll::parse(req.uri().query())?;
-        let gate = &self.state.auth;
-        let bearer = if gate.required && !gate.public_ready {
-            let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-            let (scheme, secret) = value.split_once(' ')?;
-            if !scheme.eq_ignore_ascii_case("bearer") {
-                return None;
-            }
-            Some(secret.trim().to_owned())
-        } else {
-            None
-        };
-        let id = match headers.get("x-request-id") {
-            Some(id) => id.clone(),
-            None => self.ids.next(),
+        let bearer = match self.state.auth.ready_needs_token() {
+            true => Some(crate::auth::layer::bearer(req.headers())?),
+            false => None,
         };
         Some(ReadyLongPoll {
             state: self.state.clone(),
             poll,
             bearer,
             actor: None,
-            id,
+            id: self.request_id(req),
             began: std::time::Instant::now(),
         })
     }
@@ -241,14 +225,25 @@ impl ReadyLongPoll {
             poll.answer(&state).await
         };
         let ctx = context::RequestContext::new(Some(id.clone()));
-        let mut resp = tracing::Instrument::instrument(context::scope(ctx, work), span).await;
-        resp.headers_mut().insert(HeaderName::from_static("x-request-id"), id);
-        let took = began.elapsed().as_secs_f64();
-        let status = resp.status().as_u16();
-        state.metrics.http_request("/ready", status, took);
-        tracing::debug!(method = "GET", route = "/ready", status, duration_ms = took * 1000.0, "request");
-        resp
+        let resp = tracing::Instrument::instrument(context::scope(ctx, work), span).await;
+        counted(&state, resp, id, began)
     }
+}
+
+/// What the router's layers add to a `/ready` answer given ahead of them:
+/// the `x-request-id` header, the request counters and the debug line.
+fn counted(
+    state: &AppState,
+    mut resp: axum::response::Response,
+    id: HeaderValue,
+    began: std::time::Instant,
+) -> axum::response::Response {
+    resp.headers_mut().insert(HeaderName::from_static("x-request-id"), id);
+    let took = began.elapsed().as_secs_f64();
+    let status = resp.status().as_u16();
+    state.metrics.http_request("/ready", status, took);
+    tracing::debug!(method = "GET", route = "/ready", status, duration_ms = took * 1000.0, "request");
+    resp
 }
 
 /// Request ids `<process prefix>-<counter>`: unique across replicas (the
