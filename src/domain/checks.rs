@@ -86,8 +86,10 @@ impl CheckStatus {
     }
 }
 
-/// One check's outcome, as the API reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+/// One check's outcome, as the API reports it. It reads from the form the
+/// API shows (and the registry stored until issue 14) and from its stored
+/// form, [`Compact`].
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CheckResult {
     pub name: CheckName,
     /// The partition checked; absent for batch-wide checks (`marker_present`,
@@ -102,6 +104,168 @@ pub struct CheckResult {
     pub message: String,
     /// Whether a failure of this check blocks publication under the dataset's tier.
     pub blocking: bool,
+}
+
+/// A [`CheckResult`] in the form the API shows it.
+#[derive(Deserialize)]
+struct Shown {
+    name: CheckName,
+    partition: Option<String>,
+    status: CheckStatus,
+    observed: Value,
+    expected: Value,
+    message: String,
+    blocking: bool,
+}
+
+impl<'de> Deserialize<'de> for CheckResult {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match Value::deserialize(d)? {
+            Value::Array(stored) => from_compact(stored).map_err(D::Error::custom),
+            shown => {
+                let Shown { name, partition, status, observed, expected, message, blocking } =
+                    serde_json::from_value(shown).map_err(D::Error::custom)?;
+                Ok(Self { name, partition, status, observed, expected, message, blocking })
+            }
+        }
+    }
+}
+
+/// The checks as the registry stores them (`batches.checks`, since issue
+/// 14): each one an array `[code, observed, expected, message, partition]`,
+/// where `code` is the name's place in [`CheckName`] × 8 + the status's in
+/// [`CheckStatus`] × 2 + 1 if it blocks, `message` is 0 when it is the one
+/// [`usual_message`] writes for that outcome, and `partition` is left out
+/// for a batch-wide check. About a quarter of the form the API shows, which
+/// [`CheckResult`] reads back exactly.
+pub struct Compact<'a>(pub &'a [CheckResult]);
+
+const NAMES: [CheckName; 8] = [
+    CheckName::MarkerPresent,
+    CheckName::PartitionsComplete,
+    CheckName::RowsMatchWritten,
+    CheckName::UniqueKeys,
+    CheckName::NullKeys,
+    CheckName::NonEmpty,
+    CheckName::VolumeVsBaseline,
+    CheckName::SourceReconciliation,
+];
+const STATUSES: [CheckStatus; 4] = [CheckStatus::Pass, CheckStatus::Warn, CheckStatus::Fail, CheckStatus::Skipped];
+
+impl Serialize for Compact<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for c in self.0 {
+            let name = NAMES.iter().position(|n| *n == c.name).unwrap_or_default();
+            let status = STATUSES.iter().position(|n| *n == c.status).unwrap_or_default();
+            let code = name * 8 + status * 2 + usize::from(c.blocking);
+            let message =
+                if usual_message(c).as_deref() == Some(c.message.as_str()) { json!(0) } else { json!(c.message) };
+            match &c.partition {
+                Some(p) => seq.serialize_element(&(code, &c.observed, &c.expected, message, p))?,
+                None => seq.serialize_element(&(code, &c.observed, &c.expected, message))?,
+            }
+        }
+        seq.end()
+    }
+}
+
+fn from_compact(stored: Vec<Value>) -> Result<CheckResult, String> {
+    let bad = || format!("{} is not a stored check", Value::Array(stored.clone()));
+    let code = stored.first().and_then(Value::as_u64).ok_or_else(bad)? as usize;
+    let (Some(&name), Some(&status)) = (NAMES.get(code / 8), STATUSES.get(code / 2 % 4)) else {
+        return Err(bad());
+    };
+    let partition = match stored.get(4) {
+        None => None,
+        Some(Value::String(p)) => Some(p.clone()),
+        Some(_) => return Err(bad()),
+    };
+    let (Some(observed), Some(expected)) = (stored.get(1), stored.get(2)) else {
+        return Err(bad());
+    };
+    let mut check = CheckResult {
+        name,
+        partition,
+        status,
+        observed: observed.clone(),
+        expected: expected.clone(),
+        message: String::new(),
+        blocking: code % 2 == 1,
+    };
+    check.message = match stored.get(3) {
+        Some(Value::String(m)) => m.clone(),
+        Some(v) if v.as_u64() == Some(0) => usual_message(&check).ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    if stored.len() > 5 {
+        return Err(bad());
+    }
+    Ok(check)
+}
+
+/// The message [`evaluate`] writes for a check's outcome, where it follows
+/// from the rest of the check (every pass and skip, and the plainest
+/// failures). Stored checks leave such a message out. What this writes for a
+/// given check must never change: stored checks are read back with it.
+fn usual_message(c: &CheckResult) -> Option<String> {
+    use CheckName as N;
+    use CheckStatus::{Fail, Pass, Skipped, Warn};
+    let failed = matches!(c.status, Fail | Warn);
+    Some(match (c.name, c.status) {
+        (N::MarkerPresent, Pass) => "completion marker present".into(),
+        (N::MarkerPresent, _) if failed => "no completion marker was given".into(),
+        (N::PartitionsComplete, Pass) => format!("all {} declared partitions reported", c.expected.get("declared")?),
+        (N::RowsMatchWritten, Pass) => {
+            format!("partition holds the {} rows the batch accounts for", c.expected.as_i64()?)
+        }
+        (N::RowsMatchWritten, Skipped) => {
+            "merge writes update rows in place; row_count is not derived from rows_written".into()
+        }
+        (N::UniqueKeys, Pass) => "every row has its own key".into(),
+        (N::UniqueKeys, Skipped) => "distinct_keys not reported".into(),
+        (N::NullKeys, Pass) => "no null keys".into(),
+        (N::NullKeys, Skipped) => "null_keys not reported".into(),
+        (N::NonEmpty, Pass) => "partition has rows".into(),
+        (N::NonEmpty, Skipped) => "the dataset allows empty partitions".into(),
+        (N::NonEmpty, _) if failed => "partition is empty".into(),
+        (N::VolumeVsBaseline, Skipped) => "no published history on earlier dates".into(),
+        (N::VolumeVsBaseline, Pass) if c.expected.get("baseline")?.as_f64()? == 0.0 => "empty, as the baseline".into(),
+        (N::VolumeVsBaseline, Pass) => format!(
+            "{:+.1}% against the median of {} earlier dates",
+            c.observed.get("change")?.as_f64()? * 100.0,
+            c.expected.get("periods")?.as_u64()?
+        ),
+        (N::SourceReconciliation, Pass) => "target reconciles with the source".into(),
+        (N::SourceReconciliation, Skipped) => "no source counts given".into(),
+        _ => return None,
+    })
+}
+
+/// A check as a batch record shows it: the keys in sorted order, as they
+/// were while records were served through a JSON value (the bytes of every
+/// answer, replays included, stay the same). `observed` and `expected` are
+/// JSON values, whose keys are sorted already.
+pub struct Sorted<'a>(pub &'a CheckResult);
+
+impl Serialize for Sorted<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let c = self.0;
+        let mut m = s.serialize_map(Some(6 + usize::from(c.partition.is_some())))?;
+        m.serialize_entry("blocking", &c.blocking)?;
+        m.serialize_entry("expected", &c.expected)?;
+        m.serialize_entry("message", &c.message)?;
+        m.serialize_entry("name", &c.name)?;
+        m.serialize_entry("observed", &c.observed)?;
+        if let Some(p) = &c.partition {
+            m.serialize_entry("partition", p)?;
+        }
+        m.serialize_entry("status", &c.status)?;
+        m.end()
+    }
 }
 
 /// The decision on a commit: publish when no blocking check failed.
@@ -675,5 +839,112 @@ mod tests {
         assert_eq!(median(&[3, 1, 2]), Some(2.0));
         assert_eq!(median(&[4, 1, 3, 2]), Some(2.5));
         assert_eq!(median(&[]), None);
+    }
+}
+
+#[cfg(test)]
+mod stored {
+    use super::*;
+    use crate::domain::policy::Tier;
+
+    fn spec(s: &str) -> PartitionSpec {
+        PartitionSpec::parse(s).unwrap()
+    }
+
+    /// Verdicts over every outcome of every check: clean, each failing (as
+    /// a failure and as a warning), skipped, with and without baselines and
+    /// source counts, across write modes.
+    fn verdicts() -> Vec<Verdict> {
+        let declared = [spec("dt=2026-08-24/hh=00"), spec("dt=2026-08-24/hh=01")];
+        let part =
+            |p: &PartitionSpec, written: i64, count: i64, keys: Option<i64>, nulls: Option<i64>| PartitionEvidence {
+                partition: p.clone(),
+                rows_written: written,
+                row_count: count,
+                distinct_keys: keys,
+                null_keys: nulls,
+                metrics: BTreeMap::from([("amount".to_owned(), 98765432.10), ("n".to_owned(), 3.0)]),
+            };
+        let history = |baseline: Vec<i64>| -> BTreeMap<PartitionSpec, PartitionHistory> {
+            declared
+                .iter()
+                .map(|p| (p.clone(), PartitionHistory { published_row_count: Some(10), baseline: baseline.clone() }))
+                .collect()
+        };
+        let clean = CommitEvidence {
+            marker: "hdfs://warehouse/x/_SUCCESS".into(),
+            partitions: declared.iter().map(|p| part(p, 10, 10, Some(10), Some(0))).collect(),
+            source: Some(SourceEvidence {
+                row_count: Some(20),
+                metrics: BTreeMap::from([("amount".to_owned(), 2.0 * 98765432.10)]),
+            }),
+        };
+        let mut bad = clean.clone();
+        bad.marker = " ".into();
+        bad.partitions = vec![part(&declared[0], 10, 0, Some(3), Some(2)), part(&declared[0], 10, 12, None, None)];
+        bad.source = Some(SourceEvidence { row_count: Some(7), metrics: BTreeMap::from([("x".to_owned(), 1.0)]) });
+        let mut unsourced = clean.clone();
+        unsourced.source = None;
+        unsourced.partitions[1].distinct_keys = None;
+        unsourced.partitions[1].null_keys = None;
+        let mut out = Vec::new();
+        for tier in [Tier::Core, Tier::Standard, Tier::Scratch] {
+            for write_mode in [WriteMode::OverwritePartition, WriteMode::Append, WriteMode::Merge] {
+                for allow_empty in [false, true] {
+                    let policy = DatasetPolicy { tier, write_mode, allow_empty, ..DatasetPolicy::default() };
+                    for baseline in [vec![], vec![0, 0], vec![10, 11, 40], vec![1, 2]] {
+                        for ev in [&clean, &bad, &unsourced] {
+                            out.push(evaluate(&policy, &declared, &history(baseline.clone()), ev));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn stored_checks_read_back_exactly_and_smaller() {
+        let (mut shown, mut stored) = (0, 0);
+        for v in verdicts() {
+            let text = serde_json::to_string(&Compact(&v.checks)).unwrap();
+            let read: Vec<CheckResult> = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(read, v.checks, "{text}");
+            let full = serde_json::to_string(&v.checks).unwrap();
+            let again: Vec<CheckResult> = serde_json::from_str(&full).unwrap();
+            assert_eq!(again, v.checks, "the form shown (and stored before) reads too");
+            (shown, stored) = (shown + full.len(), stored + text.len());
+        }
+        assert!(stored * 2 < shown, "stored {stored} bytes for {shown} shown");
+    }
+
+    #[test]
+    fn a_usual_message_is_left_out_and_any_other_is_kept() {
+        let v = verdicts().remove(0);
+        assert!(v.passed);
+        let text = serde_json::to_string(&Compact(&v.checks)).unwrap();
+        let full = serde_json::to_string(&v.checks).unwrap();
+        assert!(text.len() * 3 < full.len(), "a clean commit's checks: {text} for {full}");
+        assert!(!text.contains("completion marker present"), "{text}");
+        let mut odd = v.checks.clone();
+        odd[0].message = "said otherwise".into();
+        let text = serde_json::to_string(&Compact(&odd)).unwrap();
+        assert!(text.contains("said otherwise"), "{text}");
+        assert_eq!(serde_json::from_str::<Vec<CheckResult>>(&text).unwrap(), odd);
+        for wrong in ["[[64,1,1,0]]", "[[0,1,1]]", "[[0,1,1,7]]", "[[0,1,1,0,5]]", "[[0,1,1,0,\"p\",1]]"] {
+            assert!(serde_json::from_str::<Vec<CheckResult>>(wrong).is_err(), "{wrong}");
+        }
+    }
+
+    /// [`Sorted`] writes what serialising through a JSON value wrote.
+    #[test]
+    fn sorted_is_the_json_value_form() {
+        for v in verdicts() {
+            for c in &v.checks {
+                let direct = serde_json::to_string(&Sorted(c)).unwrap();
+                let through = serde_json::to_string(&serde_json::to_value(c).unwrap()).unwrap();
+                assert_eq!(direct, through);
+            }
+        }
     }
 }

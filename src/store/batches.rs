@@ -27,7 +27,7 @@ use crate::telemetry::{Decided, Outcome};
 
 pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
-     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, decision_body, written_at, allow_unready_inputs, repair_id";
+     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, written_at, allow_unready_inputs, repair_id";
 
 pub(super) const LOG_COLUMNS: &str =
     "batch_id, target_partition, status, rows_written, row_count, distinct_keys, null_keys, metrics, version, finish_time";
@@ -210,7 +210,7 @@ impl SqlStore {
         if let Some(key) = &req.idempotency_key {
             let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE idempotency_key = $1");
             if let Some(b) = c.opt::<BatchRow>(&sql, args![key]).await? {
-                if b.request_fingerprint != req.fingerprint {
+                if !super::records::same_request(&b.request_fingerprint, &req.fingerprint) {
                     return Err(Error::invalid_code(
                         "idempotency_key_reused",
                         "Idempotency-Key",
@@ -359,7 +359,7 @@ impl SqlStore {
                  VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING id",
                 args![
                     &batch_id, req.task.as_str(), dataset, req.dt, seq, req.trigger.as_str(), req.run_ref.clone(), req.scope.clone(),
-                    req.idempotency_key.clone(), &req.fingerprint, req.lease_seconds, lease_expires_at, now, req.allow_unready_inputs, req.repair_id
+                    req.idempotency_key.clone(), super::records::fingerprint(&req.fingerprint), req.lease_seconds, lease_expires_at, now, req.allow_unready_inputs, req.repair_id
                 ],
             )
             .await?;

@@ -98,16 +98,10 @@ impl SqlStore {
     /// What to answer when a commit or fail arrives for a batch that is no
     /// longer running: the recorded answer if it is the same request again,
     /// else a conflict naming the state.
-    fn decided_answer(b: &BatchRow, kind: &str, fingerprint: &str) -> Result<Decision> {
-        if b.decision_kind.as_deref() == Some(kind) && b.decision_fingerprint.as_deref() == Some(fingerprint) {
-            // The record as it was answered. (`decision_status` is no longer
-            // written: the status is the HTTP layer's; rows decided before
-            // carry it, and a rejection's body an `error`, which is ignored.)
-            if let Some(body) = &b.decision_body {
-                let record: BatchRecord = serde_json::from_value(body.0.clone())
-                    .map_err(|e| anyhow::anyhow!("recorded decision of batch {}: {e}", b.batch_id))?;
-                return Decision::recorded(record, true);
-            }
+    async fn decided_answer(c: &mut Conn<'_>, b: &BatchRow, kind: &str, fingerprint: &str) -> Result<Decision> {
+        let same = b.decision_fingerprint.as_deref().is_some_and(|f| records::same_request(f, fingerprint));
+        if b.decision_kind.as_deref() == Some(kind) && same {
+            return Self::replay(c, b).await;
         }
         let state = b.state();
         if state == BatchState::Abandoned && b.superseded_by.is_none() {
@@ -149,19 +143,35 @@ impl SqlStore {
         ))
     }
 
-    /// Keeps the record a decision answered with, for replays, and makes
-    /// the decision from it.
+    /// The answer a decision gave, again. Rows decided before issue 14 keep
+    /// that answer (`decision_body`); since then it is rebuilt from the
+    /// batch as it is now, as it was when decided ([`as_decided`]).
+    async fn replay(c: &mut Conn<'_>, b: &BatchRow) -> Result<Decision> {
+        let (body,): (Option<Json<serde_json::Value>>,) =
+            c.one("SELECT decision_body FROM batches WHERE batch_id = $1", args![&b.batch_id]).await?;
+        let record = match body {
+            // The record as it was answered. (`decision_status` is no longer
+            // written: the status is the HTTP layer's; rows decided before
+            // carry it, and a rejection's body an `error`, which is ignored.)
+            Some(Json(body)) => serde_json::from_value(body)
+                .map_err(|e| anyhow::anyhow!("recorded decision of batch {}: {e}", b.batch_id))?,
+            None => as_decided(load_record(c, &b.batch_id).await?.ok_or_else(|| not_found(&b.batch_id))?)?,
+        };
+        Decision::recorded(record, true)
+    }
+
+    /// The decision just taken, made from the batch's record the way a
+    /// replay makes it again.
     async fn record_decision(c: &mut Conn<'_>, batch_id: &str) -> Result<Decision> {
         let record = load_record(c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
-        c.exec("UPDATE batches SET decision_body = $2 WHERE batch_id = $1", args![batch_id, Json(&record)]).await?;
-        Decision::recorded(record, false)
+        Decision::recorded(as_decided(record)?, false)
     }
 
     async fn do_commit(&self, batch_id: &str, evidence: CommitEvidence, fingerprint: String) -> Result<Decision> {
         let now = self.now();
         let (mut tx, b) = self.lock_batch(batch_id).await?;
         if b.state() != BatchState::Running {
-            return Self::decided_answer(&b, "commit", &fingerprint);
+            return Self::decided_answer(&mut tx.conn(), &b, "commit", &fingerprint).await;
         }
         let mut c = tx.conn();
         let policy = load_policy(&mut c, &b.dataset).await?.policy();
@@ -199,7 +209,7 @@ impl SqlStore {
         }
         c.exec(
             "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5 WHERE batch_id = $1",
-            args![batch_id, evidence.marker.clone(), evidence.source.as_ref().map(Json), Json(&verdict.checks), fingerprint],
+            args![batch_id, evidence.marker.clone(), evidence.source.as_ref().map(Json), Json(checks::Compact(&verdict.checks)), records::fingerprint(&fingerprint)],
         )
         .await?;
 
@@ -283,7 +293,7 @@ impl SqlStore {
         let now = self.now();
         let (mut tx, b) = self.lock_batch(batch_id).await?;
         if b.state() != BatchState::Running {
-            let answer = Self::decided_answer(&b, "fail", &fingerprint);
+            let answer = Self::decided_answer(&mut tx.conn(), &b, "fail", &fingerprint).await;
             if answer.is_err() && matches!(b.state(), BatchState::Published | BatchState::Superseded) {
                 // The task thinks it failed, but its commit went through: it
                 // never heard the acknowledgement. Keep that in the history.
@@ -297,7 +307,7 @@ impl SqlStore {
         c.exec(
             "UPDATE batches SET fail_stage = $2, fail_category = $3, fail_message = $4, decision_kind = 'fail', decision_fingerprint = $5 \
              WHERE batch_id = $1",
-            args![batch_id, report.stage.as_str(), report.category.as_str(), report.message.clone(), fingerprint],
+            args![batch_id, report.stage.as_str(), report.category.as_str(), report.message.clone(), records::fingerprint(&fingerprint)],
         )
         .await?;
         let changed = settle(&mut c, &b, BatchState::Failed, now).await?;
@@ -337,6 +347,39 @@ impl SqlStore {
         self.metrics.decided(&logged);
         Ok(decision)
     }
+}
+
+/// A batch's record as it was when its decision was answered, from its
+/// record as it is now. After its decision a batch changes only in ways
+/// undone here: a newer batch re-publishes its partitions (their status, the
+/// batch's state and `superseded_by`, a `superseded` event), and a late fail
+/// adds a `fail_after_publish` event; the decision's own event is its last
+/// one until then. Nothing else of a decided batch is written again.
+fn as_decided(mut record: BatchRecord) -> Result<BatchRecord> {
+    let state = match record.state {
+        BatchState::Published | BatchState::Superseded => BatchState::Published,
+        state @ (BatchState::Rejected | BatchState::Failed) => state,
+        other => {
+            return Err(anyhow::anyhow!(
+                "the recorded decision of batch {} has state {other}, which is not a decision",
+                record.batch_id
+            )
+            .into())
+        }
+    };
+    record.state = state;
+    // Only a running batch is abandoned, the one way a batch gets
+    // `superseded_by` before it is decided.
+    record.superseded_by = None;
+    for p in &mut record.partitions {
+        p.status = state;
+    }
+    if let Some(events) = &mut record.events {
+        if let Some(i) = events.iter().position(|e| matches!(e.kind(), EventKind::Committed | EventKind::Failed)) {
+            events.truncate(i + 1);
+        }
+    }
+    Ok(record)
 }
 
 /// Marks the earlier publisher of a partition superseded there; the batch as a

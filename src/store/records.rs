@@ -9,7 +9,7 @@ use super::db::{args, Conn};
 use super::events;
 use super::lineage::InputRecord;
 use crate::domain::batch::{BatchState, EventKind, FailCategory, FailStage, Trigger};
-use crate::domain::checks::{CheckResult, SourceEvidence};
+use crate::domain::checks::{self, CheckResult, SourceEvidence};
 use crate::domain::deadline::Deadline;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 use crate::domain::readiness::{self, Fitness, PartitionState, Standing};
@@ -43,7 +43,6 @@ pub(super) struct BatchRow {
     pub superseded_by: Option<String>,
     pub decision_kind: Option<String>,
     pub decision_fingerprint: Option<String>,
-    pub decision_body: Option<Json<Value>>,
     pub written_at: Option<DateTime<Utc>>,
     pub allow_unready_inputs: bool,
     pub repair_id: Option<i64>,
@@ -97,6 +96,43 @@ impl EventRow {
 /// answers.
 fn as_stored<T: Serialize, S: Serializer>(doc: &T, s: S) -> std::result::Result<S::Ok, S::Error> {
     serde_json::to_value(doc).map_err(serde::ser::Error::custom)?.serialize(s)
+}
+
+/// A batch's checks as [`as_stored`] shows them, written straight (keys in
+/// sorted order) instead of through a JSON value: listings show a hundred
+/// batches of eight checks each.
+fn checks_as_stored<S: Serializer>(checks: &[CheckResult], s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_seq(checks.iter().map(checks::Sorted))
+}
+
+/// A batch's source counts as [`as_stored`] shows them, written straight.
+fn source_as_stored<S: Serializer>(source: &Option<SourceEvidence>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match source {
+        None => s.serialize_none(),
+        Some(src) => {
+            use serde::ser::SerializeMap;
+            let mut m = s.serialize_map(Some(2))?;
+            m.serialize_entry("metrics", &src.metrics)?;
+            m.serialize_entry("row_count", &src.row_count)?;
+            m.end()
+        }
+    }
+}
+
+/// What the registry keeps of a request to know it again (an idempotent
+/// start, a repeated commit or fail): the SHA-256 of its canonical body,
+/// base64url, 43 characters instead of the body.
+pub(super) fn fingerprint(canonical: &str) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(canonical.as_bytes()))
+}
+
+/// Whether a stored fingerprint is this request's: its hash, or (rows
+/// written before issue 14) its canonical body itself. A body is a JSON
+/// object, never 43 base64url characters, so the two cannot be confused.
+pub(super) fn same_request(stored: &str, canonical: &str) -> bool {
+    stored == canonical || stored == fingerprint(canonical)
 }
 
 /// One partition of a batch (its `task_produce_log` row), with what the batch reported for it.
@@ -262,10 +298,10 @@ pub struct BatchRecord {
     pub partitions: Vec<BatchPartition>,
     pub marker: Option<String>,
     /// The `source` counts of the commit, if it gave them.
-    #[serde(serialize_with = "as_stored")]
+    #[serde(serialize_with = "source_as_stored")]
     pub source: Option<SourceEvidence>,
     /// Empty until the batch is committed.
-    #[serde(serialize_with = "as_stored")]
+    #[serde(serialize_with = "checks_as_stored")]
     pub checks: Vec<CheckResult>,
     pub failure: Option<Failure>,
     /// The batch that superseded or abandoned this one.

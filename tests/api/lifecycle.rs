@@ -17,6 +17,8 @@ on_both_backends!(
     seven_of_twelve_partitions_is_not_complete,
     a_lost_commit_acknowledgement_is_answered_the_same,
     a_replayed_decision_is_the_same_bytes,
+    a_replay_is_rebuilt_from_the_batch_as_it_was_decided,
+    a_decision_stored_by_an_earlier_version_replays_as_stored,
     a_failure_before_writing_keeps_the_earlier_version_ready,
     a_failure_while_writing_hides_the_earlier_version,
     an_expired_lease_is_abandoned_by_the_next_start,
@@ -214,6 +216,85 @@ async fn a_replayed_decision_is_the_same_bytes(app: TestApp) {
     assert_eq!(s1, StatusCode::OK, "{first}");
     let (s2, again) = app.post_bytes(&fail, &report).await;
     assert_eq!((s2, &again), (StatusCode::OK, &first), "a replayed fail is the same bytes");
+}
+
+/// The answer to a decision is not stored a second time: a replay rebuilds
+/// it from the batch, undoing what happened since (one of two partitions
+/// re-published, then the whole batch superseded, a late fail), to the bytes
+/// first sent.
+async fn a_replay_is_rebuilt_from_the_batch_as_it_was_decided(app: TestApp) {
+    let (a, b) = ("dt=2026-08-24/hh=00", "dt=2026-08-24/hh=01");
+    let id = app.start_ok(TASK, DS, DT, &[a, b]).await;
+    let evidence = json!({"marker": "m", "partitions": [
+        {"partition": a, "rows_written": 5, "row_count": 5, "metrics": {"x": 1.0}},
+        {"partition": b, "rows_written": 7, "row_count": 7, "metrics": {"x": 2.5}}],
+        "source": {"row_count": 12, "metrics": {"x": 3.5}}});
+    let commit = format!("/v1/batches/{id}/commit");
+    let (s1, first) = app.post_bytes(&commit, &evidence).await;
+    assert_eq!(s1, StatusCode::OK, "{first}");
+    let replay = || async { app.post_bytes(&commit, &evidence).await };
+
+    app.publish(TASK, DS, DT, a, 6).await;
+    let (_, now) = app.get(&format!("/v1/batches/{id}")).await;
+    assert_eq!(
+        (now["state"].as_str(), now["partitions"][0]["status"].as_str()),
+        (Some("published"), Some("superseded"))
+    );
+    assert_eq!(replay().await, (StatusCode::OK, first.clone()), "one partition re-published");
+
+    app.publish(TASK, DS, DT, b, 8).await;
+    let late = json!({"stage": "write", "category": "unknown"});
+    assert_eq!(app.post(&format!("/v1/batches/{id}/fail"), &late).await.0, StatusCode::CONFLICT);
+    let (_, now) = app.get(&format!("/v1/batches/{id}")).await;
+    let kinds: Vec<&str> = now["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["started", "committed", "superseded", "fail_after_publish"]);
+    assert_eq!(replay().await, (StatusCode::OK, first), "superseded, then a late fail");
+
+    let stored =
+        app.sql_rows(&format!("SELECT decision_body, decision_fingerprint FROM batches WHERE batch_id = '{id}'")).await;
+    assert_eq!(stored[0][0], None, "no second copy of the record");
+    let canonical = evidence.to_string();
+    let hash = stored[0][1].clone().expect("fingerprint");
+    assert!(hash.len() == 43 && !canonical.contains(&hash), "a hash, not the body: {hash}");
+}
+
+/// A row decided before replays were rebuilt keeps the record it answered
+/// with and its request's canonical body as the fingerprint: a replay sends
+/// that record, and a start with its idempotency key is known again.
+async fn a_decision_stored_by_an_earlier_version_replays_as_stored(app: TestApp) {
+    let start = json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": [P]});
+    let send = |b: serde_json::Value| {
+        let req = app.client.post(format!("{}/v1/batches", app.base)).header("Idempotency-Key", "k-old").json(&b);
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status(), r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, started) = send(start.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    let id = started["batch_id"].as_str().unwrap().to_owned();
+    let evidence = clean(P, 500);
+    let (status, mut answered) = app.commit(&id, &evidence).await;
+    assert_eq!(status, StatusCode::OK, "{answered}");
+    // As an earlier version stored it (marked, to tell it from a rebuild).
+    answered["marker"] = json!("as answered then");
+    let q = |v: &serde_json::Value| v.to_string().replace('\'', "''");
+    app.sql(&format!(
+        "UPDATE batches SET decision_body = '{}', decision_fingerprint = '{}', request_fingerprint = '{}' WHERE batch_id = '{id}'",
+        q(&answered),
+        q(&evidence),
+        q(&start)
+    ))
+    .await;
+    let (status, replayed) = app.commit(&id, &evidence).await;
+    assert_eq!((status, replayed), (StatusCode::OK, answered));
+    let (status, again) = send(start).await;
+    assert_eq!((status, again["batch_id"].as_str()), (StatusCode::OK, Some(id.as_str())), "{again}");
+    let (status, err) = send(json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": ["dt=2026-08-25"]})).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("idempotency_key_reused"))
+    );
 }
 
 async fn a_failure_before_writing_keeps_the_earlier_version_ready(app: TestApp) {
