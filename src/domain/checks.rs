@@ -86,9 +86,9 @@ impl CheckStatus {
     }
 }
 
-/// One check's outcome, as the API reports it. It reads from the form the
-/// API shows (and the registry stored until issue 14) and from its stored
-/// form, [`Compact`].
+/// One check's outcome, as the API reports it.
+// It reads from the form the API shows (and the registry stored until issue
+// 14) and from its stored form, [`Compact`].
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CheckResult {
     pub name: CheckName,
