@@ -161,11 +161,29 @@ pub(super) async fn settle(
         args![&b.batch_id, state.as_str(), now],
     )
     .await?;
+    settle_logs(c, b, state, now).await
+}
+
+/// [`settle`] for a decision that wrote the batch's state and `decided_at`
+/// with the rest of its row: one row version fewer (PostgreSQL keeps each
+/// until vacuumed).
+pub(super) async fn settle_logs(
+    c: &mut Conn<'_>,
+    b: &BatchRow,
+    state: BatchState,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>> {
     c.exec(
         "UPDATE task_produce_log SET status = $2, finish_time = $3 WHERE batch_id = $1",
         args![&b.batch_id, state.as_str(), now],
     )
     .await?;
+    refresh_partitions(c, b, now).await
+}
+
+/// The standing of a batch's partitions, after its `task_produce_log` rows
+/// were settled.
+pub(super) async fn refresh_partitions(c: &mut Conn<'_>, b: &BatchRow, now: DateTime<Utc>) -> Result<Vec<String>> {
     let parts = partitions_of(c, &b.batch_id).await?;
     for p in &parts {
         refresh_partition(c, &b.dataset, p, now).await?;

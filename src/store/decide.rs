@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
-use super::batches::{event, load_policy, load_record, not_found, partitions_of, settle};
+use super::batches::{event, load_policy, load_record, not_found, partitions_of, refresh_partitions, settle_logs};
 use super::db::{args, Conn};
 use super::events;
 use super::records::{self, BatchRow};
@@ -199,22 +199,29 @@ impl SqlStore {
         }
         let verdict = checks::evaluate(&policy, &declared, &history, &evidence);
 
-        for p in &evidence.partitions {
-            c.exec(
-                "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7 \
-                 WHERE batch_id = $1 AND target_partition = $2",
-                args![batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, Json(&p.metrics)],
-            )
-            .await?;
-        }
+        // One version of each row this decision writes: the batch's row
+        // with its state, and on a publish each partition's log row with its
+        // counts, version and status together.
+        let state = if verdict.passed { BatchState::Published } else { BatchState::Rejected };
         c.exec(
-            "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5 WHERE batch_id = $1",
-            args![batch_id, evidence.marker.clone(), evidence.source.as_ref().map(Json), Json(checks::Compact(&verdict.checks)), records::fingerprint(&fingerprint)],
+            "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5, \
+               state = $6, decided_at = $7 WHERE batch_id = $1",
+            args![
+                batch_id,
+                evidence.marker.clone(),
+                evidence.source.as_ref().map(Json),
+                Json(checks::Compact(&verdict.checks)),
+                records::fingerprint(&fingerprint),
+                state.as_str(),
+                now
+            ],
         )
         .await?;
 
         let mut ripple = self.ripple();
         let changed = if verdict.passed {
+            // Passed: `partitions_complete` blocks in every tier, so the
+            // evidence names each declared partition once.
             let mut published = Vec::new();
             for p in &evidence.partitions {
                 let (prev,): (Option<String>,) = c
@@ -232,8 +239,12 @@ impl SqlStore {
                     )
                     .await?;
                 c.exec(
-                    "UPDATE task_produce_log SET version = $3 WHERE batch_id = $1 AND target_partition = $2",
-                    args![batch_id, p.partition.as_str(), version],
+                    "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7, \
+                       version = $8, status = $9, finish_time = $10 WHERE batch_id = $1 AND target_partition = $2",
+                    args![
+                        batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, Json(&p.metrics),
+                        version, state.as_str(), now
+                    ],
                 )
                 .await?;
                 if let Some(prev) = prev {
@@ -241,7 +252,7 @@ impl SqlStore {
                 }
                 published.push((p.partition.to_string(), version));
             }
-            let changed = settle(&mut c, &b, BatchState::Published, now).await?;
+            let changed = refresh_partitions(&mut c, &b, now).await?;
             for (partition, version) in &published {
                 staleness::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut ripple).await?;
             }
@@ -256,7 +267,15 @@ impl SqlStore {
             alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
             changed
         } else {
-            let changed = settle(&mut c, &b, BatchState::Rejected, now).await?;
+            for p in &evidence.partitions {
+                c.exec(
+                    "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7 \
+                     WHERE batch_id = $1 AND target_partition = $2",
+                    args![batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, Json(&p.metrics)],
+                )
+                .await?;
+            }
+            let changed = settle_logs(&mut c, &b, state, now).await?;
             let failed: Vec<CheckName> = verdict.failed_checks().map(|c| c.name).collect();
             let names: Vec<&str> = failed.iter().map(|c| c.as_str()).collect();
             let detail = events::Committed::Rejected { failed_checks: failed.clone() };
@@ -305,12 +324,12 @@ impl SqlStore {
         }
         let mut c = tx.conn();
         c.exec(
-            "UPDATE batches SET fail_stage = $2, fail_category = $3, fail_message = $4, decision_kind = 'fail', decision_fingerprint = $5 \
-             WHERE batch_id = $1",
-            args![batch_id, report.stage.as_str(), report.category.as_str(), report.message.clone(), records::fingerprint(&fingerprint)],
+            "UPDATE batches SET fail_stage = $2, fail_category = $3, fail_message = $4, decision_kind = 'fail', decision_fingerprint = $5, \
+               state = 'failed', decided_at = $6 WHERE batch_id = $1",
+            args![batch_id, report.stage.as_str(), report.category.as_str(), report.message.clone(), records::fingerprint(&fingerprint), now],
         )
         .await?;
-        let changed = settle(&mut c, &b, BatchState::Failed, now).await?;
+        let changed = settle_logs(&mut c, &b, BatchState::Failed, now).await?;
         event(
             &mut c,
             batch_id,
