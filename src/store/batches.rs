@@ -222,7 +222,10 @@ impl SqlStore {
     async fn do_start(&self, req: StartBatch) -> Result<Started> {
         let now = self.now();
         let dataset = req.dataset.as_str();
-        let mut tx = self.begin_write().await?;
+        let keys: Vec<String> = std::iter::once(super::dataset_key(dataset))
+            .chain(req.idempotency_key.iter().map(|k| format!("idempotency:{k}")))
+            .collect();
+        let mut tx = self.begin_write_under(&keys).await?;
         let mut c = tx.conn();
 
         if let Some(key) = &req.idempotency_key {
@@ -475,7 +478,7 @@ impl SqlStore {
 
     /// Takes the write lock and loads a batch under it.
     pub(super) async fn lock_batch(&self, batch_id: &str) -> Result<(Tx, BatchRow)> {
-        let mut tx = self.begin_write().await?;
+        let mut tx = self.begin_write_for_batch(batch_id).await?;
         let b = load_batch(&mut tx.conn(), batch_id).await?.ok_or_else(|| not_found(batch_id))?;
         Ok((tx, b))
     }

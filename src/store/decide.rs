@@ -220,6 +220,7 @@ impl SqlStore {
 
         let mut ripple = self.ripple();
         let changed = if verdict.passed {
+            super::feed::lock(&mut c).await?;
             // Passed: `partitions_complete` blocks in every tier, so the
             // evidence names each declared partition once.
             let mut published = Vec::new();

@@ -12,6 +12,16 @@ use super::staleness::Ripple;
 use crate::domain::readiness::ChangeKind;
 use crate::error::Result;
 
+/// Takes the feed's lock, before the first write a change to the feed
+/// depends on (PostgreSQL; on SQLite the one writer holds it already). See
+/// `postgres::begin_write` for the rule; taking it again is a no-op.
+pub(super) async fn lock(c: &mut Conn<'_>) -> Result<()> {
+    if let Conn::Postgres(c) = c {
+        super::postgres::lock_feed(c).await?;
+    }
+    Ok(())
+}
+
 /// Appends a readiness change to the feed, and queues it for the receivers
 /// it is pushed to (in the same transaction).
 #[allow(clippy::too_many_arguments)]
@@ -26,6 +36,10 @@ pub(super) async fn emit(
     detail: ChangeDetail,
     now: DateTime<Utc>,
 ) -> Result<()> {
+    // Ids in commit order: whoever numbers a change holds the feed's lock
+    // (already taken, before its first dependent write, on the paths that
+    // change the feed).
+    lock(c).await?;
     let (id,): (i64,) = c
         .one(
             "INSERT INTO changes (kind, dataset, partition_spec, version, batch_id, at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7) \

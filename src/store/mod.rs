@@ -305,14 +305,41 @@ impl SqlStore {
     }
 
     /// A write transaction holding the registry's single writer lock until it
-    /// ends: SQLite's own, an advisory lock on PostgreSQL (see
-    /// `postgres::begin_write` for why one lock).
+    /// ends: SQLite's own, the write lock exclusively on PostgreSQL (see
+    /// `postgres::begin_write` for the rule).
     async fn begin_write(&self) -> Result<Tx> {
         Ok(match &self.backend {
             Backend::Sqlite(pool) => Tx::Sqlite(sqlite::begin_write(pool).await?),
-            // One lock for all writers there: see `postgres::begin_write`.
-            Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool).await?),
+            Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool, postgres::Scope::Registry).await?),
         })
+    }
+
+    /// A write transaction of the batch lifecycle, which changes only what
+    /// `keys` name (datasets, see [`dataset_key`]; idempotency keys) until
+    /// it publishes, and then takes the feed's lock ([`feed::lock`]). On
+    /// PostgreSQL writers under other keys run at the same time (see
+    /// `postgres::begin_write` for the rule); SQLite has one writer.
+    async fn begin_write_under(&self, keys: &[String]) -> Result<Tx> {
+        Ok(match &self.backend {
+            Backend::Sqlite(_) => return self.begin_write().await,
+            Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool, postgres::Scope::Keys(keys)).await?),
+        })
+    }
+
+    /// A write transaction of the batch lifecycle on one batch: under its
+    /// dataset's lock on PostgreSQL (see [`Self::begin_write_under`]).
+    async fn begin_write_for_batch(&self, batch_id: &str) -> Result<Tx> {
+        let Backend::Postgres(pool) = &self.backend else {
+            return self.begin_write().await;
+        };
+        // A batch's dataset never changes: read before locking it. (No such
+        // batch: no key, and the caller finds no batch under the lock.)
+        let dataset: Option<(String,)> = sqlx::query_as("SELECT dataset FROM batches WHERE batch_id = $1")
+            .bind(batch_id)
+            .fetch_optional(pool)
+            .await?;
+        let keys: Vec<String> = dataset.iter().map(|(d,)| dataset_key(d)).collect();
+        self.begin_write_under(&keys).await
     }
 
     async fn read(&self) -> Result<Pooled> {
@@ -383,6 +410,11 @@ impl SqlStore {
     fn ripple(&self) -> staleness::Ripple {
         staleness::Ripple { changes: Vec::new(), receivers: self.receivers.clone() }
     }
+}
+
+/// The lock key of a dataset, for [`SqlStore::begin_write_under`].
+fn dataset_key(dataset: &str) -> String {
+    format!("dataset:{dataset}")
 }
 
 /// Partitions as one log field: `dt=2026-08-24,dt=2026-08-25`.

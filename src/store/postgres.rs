@@ -7,12 +7,12 @@
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
+use tokio::sync::{mpsc, Notify};
 
 use super::DbOptions;
 use crate::changes::{Change, ChangeHub};
@@ -43,21 +43,97 @@ pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<PgPoo
     Ok(pool)
 }
 
-/// The advisory lock every writing transaction holds until it ends (the
-/// bytes of "batchgate" as a number, so it is recognisable in `pg_locks`).
+/// The registry's write lock (the bytes of "batchgate" as a number, so it is
+/// recognisable in `pg_locks`): exclusive for the rare writes that may touch
+/// anything, shared for the batch lifecycle's writes, which also lock what
+/// they change (see [`begin_write`]).
 const WRITE_LOCK: i64 = 0x6261_7463_6867_6174;
 
-/// Begins a write transaction holding the registry's write lock.
+/// The feed's lock ("feed-ord"): held from a transaction's first change to
+/// the feed (or the first write that may precede one) until it ends, so that
+/// feed ids are taken in commit order.
+const FEED_LOCK: i64 = 0x6665_6564_2d6f_7264;
+
+/// What a write transaction locks besides the write lock.
+pub(super) enum Scope<'a> {
+    /// Everything: the write lock exclusively, no other writer runs.
+    Registry,
+    /// The write lock shared, and these keys (a dataset's name, an
+    /// idempotency key), each an advisory lock of its own.
+    Keys(&'a [String]),
+}
+
+/// Begins a write transaction, locked by `scope`.
 ///
-/// All writers, on every replica, take the same lock. A commit can change
-/// partitions of many datasets (lineage marks downstream partitions stale),
-/// and the change feed must number changes in commit order; one lock gives
-/// both without deadlocks. Registry writes are a few per batch, so the
-/// serialisation costs nothing noticeable; readers never take it.
-pub(super) async fn begin_write(pool: &PgPool) -> sqlx::Result<Transaction<'static, Postgres>> {
+/// The rule, for every writer on every replica (readers never lock):
+///
+/// 1. Every write first takes `WRITE_LOCK`: exclusively for the rare writes
+///    that may touch any dataset (policy changes, scans, invalidations,
+///    repairs, tokens, pruning: [`Scope::Registry`]), shared for the batch
+///    lifecycle (start, heartbeat, written, commit, fail: [`Scope::Keys`]).
+///    An exclusive holder is alone and needs no other lock.
+/// 2. A shared holder then takes the advisory lock of each key it works
+///    under, in ascending lock-id order: the batch's dataset (which orders
+///    batch numbering, leases, "one running batch per partition" and the
+///    checks' history), and a start's `Idempotency-Key` (unique across
+///    datasets).
+/// 3. A write that changes the feed takes `FEED_LOCK` last ([`lock_feed`]),
+///    before its first write that the feed or lineage depends on (for a
+///    commit: before it publishes any partition), and keeps it until it ends.
+///    Feed ids are therefore taken in commit order and a reader of
+///    `/v1/changes` never sees id N+2 while N+1 may still commit; and the
+///    lineage walk (which marks other datasets' partitions stale, and reads
+///    the inputs of the partition it publishes) runs with every earlier
+///    publish committed. Writes that change no readiness (start, heartbeat,
+///    fail, a rejected commit) never take it.
+///
+/// Locks are only ever taken in this order (write lock, keys ascending,
+/// feed), so writers cannot deadlock on advisory locks. The feed holder may
+/// wait for a partition row of another dataset (marking it stale) that a
+/// writer of that dataset without the feed lock holds; such a writer never
+/// asks for the feed lock after touching partition rows (a commit takes it
+/// before it publishes), so it finishes and the holder goes on. (Only a
+/// writer changing several partitions of a dataset while the feed holder
+/// marks several of them stale in another order could meet it row against
+/// row; PostgreSQL would then refuse one of the two.)
+pub(super) async fn begin_write(pool: &PgPool, scope: Scope<'_>) -> sqlx::Result<Transaction<'static, Postgres>> {
     let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
+    match scope {
+        Scope::Registry => {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
+        }
+        Scope::Keys(keys) => {
+            let mut ids: Vec<i64> = keys.iter().map(|k| key_lock(k)).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            sqlx::query("SELECT pg_advisory_xact_lock_shared($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
+            for id in ids {
+                sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(id).execute(&mut *tx).await?;
+            }
+        }
+    }
     Ok(tx)
+}
+
+/// Takes the feed's lock (rule 3 of [`begin_write`]); again is a no-op.
+pub(super) async fn lock_feed(c: &mut PgConnection) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(FEED_LOCK).execute(c).await.map(drop)
+}
+
+/// The advisory lock id of a key: FNV-1a of its bytes, kept off the two
+/// fixed locks (a collision between keys only serialises them).
+fn key_lock(key: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let id = h as i64;
+    if id == WRITE_LOCK || id == FEED_LOCK {
+        id ^ 1
+    } else {
+        id
+    }
 }
 
 /// Replicas say they are alive, and acknowledge each change they applied, here.
@@ -81,21 +157,31 @@ struct Notice {
 }
 
 /// Read-your-writes across replicas. A writer does not answer until every
-/// live replica has applied its change to its cache (or `ACK_TIMEOUT`
+/// other live replica has applied its change to its cache (or `ACK_TIMEOUT`
 /// passes, for a replica that died without a word): a client that was told
-/// "committed" and then asks another replica gets the new answer.
+/// "committed" and then asks another replica gets the new answer. (The
+/// writer's own replica published the change before it waits.)
 pub(super) struct Acks {
     instance: String,
     alive: Mutex<HashMap<String, Instant>>,
     pending: Mutex<HashMap<String, HashSet<String>>>,
+    /// Woken on every acknowledgement heard.
+    heard: Notify,
+    /// Acknowledgements and hellos to send, on a connection of their own.
+    outgoing: mpsc::UnboundedSender<String>,
+    outgoing_rx: Mutex<Option<mpsc::UnboundedReceiver<String>>>,
 }
 
 impl Acks {
     pub(super) fn new() -> Arc<Self> {
+        let (outgoing, rx) = mpsc::unbounded_channel();
         Arc::new(Self {
             instance: uuid::Uuid::new_v4().simple().to_string(),
             alive: Mutex::default(),
             pending: Mutex::default(),
+            heard: Notify::new(),
+            outgoing,
+            outgoing_rx: Mutex::new(Some(rx)),
         })
     }
 
@@ -110,6 +196,11 @@ impl Acks {
         self.pending.lock().expect("acks lock").remove(token);
     }
 
+    /// Whether `token` is one of this replica's writes still waiting.
+    fn is_own(&self, token: &str) -> bool {
+        self.pending.lock().expect("acks lock").contains_key(token)
+    }
+
     fn heard(&self, message: &str) {
         match message.split('|').collect::<Vec<_>>()[..] {
             ["hello", instance] => {
@@ -120,36 +211,50 @@ impl Acks {
                 if let Some(acked) = self.pending.lock().expect("acks lock").get_mut(token) {
                     acked.insert(instance.to_owned());
                 }
+                self.heard.notify_waiters();
             }
             _ => tracing::warn!(message, "unreadable acknowledgement"),
         }
     }
 
-    /// Waits until every live replica acknowledged `token`.
+    /// The live replicas, this one aside, that have not acknowledged `token`.
+    fn missing(&self, token: &str) -> Vec<String> {
+        let now = Instant::now();
+        let alive = self.alive.lock().expect("acks lock");
+        let pending = self.pending.lock().expect("acks lock");
+        let acked = pending.get(token);
+        alive
+            .iter()
+            .filter(|(i, seen)| {
+                **i != self.instance && now.duration_since(**seen) < ALIVE_FOR && acked.is_none_or(|a| !a.contains(*i))
+            })
+            .map(|(i, _)| i.clone())
+            .collect()
+    }
+
+    /// Waits until every other live replica acknowledged `token`.
     pub(super) async fn wait(&self, token: &str) {
-        let deadline = Instant::now() + ACK_TIMEOUT;
+        let deadline = tokio::time::Instant::now() + ACK_TIMEOUT;
         loop {
-            let missing: Vec<String> = {
-                let now = Instant::now();
-                let alive = self.alive.lock().expect("acks lock");
-                let pending = self.pending.lock().expect("acks lock");
-                let acked = pending.get(token);
-                alive
-                    .iter()
-                    .filter(|(i, seen)| now.duration_since(**seen) < ALIVE_FOR && acked.is_none_or(|a| !a.contains(*i)))
-                    .map(|(i, _)| i.clone())
-                    .collect()
-            };
+            // Enabled before looking, so that an acknowledgement heard in
+            // between still wakes this waiter.
+            let heard = self.heard.notified();
+            tokio::pin!(heard);
+            heard.as_mut().enable();
+            let missing = self.missing(token);
             if missing.is_empty() {
                 break;
             }
-            if Instant::now() >= deadline {
+            if tokio::time::timeout_at(deadline, heard).await.is_err() {
                 tracing::warn!(?missing, "replicas did not acknowledge a change in time");
                 break;
             }
-            tokio::time::sleep(Duration::from_micros(300)).await;
         }
         self.forget(token);
+    }
+
+    fn say(&self, message: String) {
+        let _ = self.outgoing.send(message);
     }
 }
 
@@ -175,9 +280,12 @@ pub(super) async fn spawn_listener(pool: PgPool, hub: Arc<ChangeHub>, acks: Arc<
         let mut tick = tokio::time::interval(HELLO_EVERY);
         while !pool.is_closed() {
             tick.tick().await;
-            let _ = say(&pool, &format!("hello|{}", acks.instance)).await;
+            acks.say(format!("hello|{}", acks.instance));
         }
     });
+    if let Some(rx) = acks.outgoing_rx.lock().expect("acks lock").take() {
+        tokio::spawn(speak(pool.clone(), rx));
+    }
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let mut ready_tx = Some(ready_tx);
     tokio::spawn(async move {
@@ -194,9 +302,9 @@ pub(super) async fn spawn_listener(pool: PgPool, hub: Arc<ChangeHub>, acks: Arc<
                             Ok(Some(n)) => match serde_json::from_str::<Notice>(n.payload()) {
                                 Ok(notice) => {
                                     hub.publish(notice.change);
-                                    let ack = format!("ack|{}|{}", notice.token, acks.instance);
-                                    let pool = pool.clone();
-                                    tokio::spawn(async move { say(&pool, &ack).await });
+                                    if !acks.is_own(&notice.token) {
+                                        acks.say(format!("ack|{}|{}", notice.token, acks.instance));
+                                    }
                                 }
                                 Err(e) => {
                                     tracing::warn!(error = %e, "unreadable change notification")
@@ -233,6 +341,39 @@ async fn listen(pool: &PgPool) -> sqlx::Result<PgListener> {
     Ok(listener)
 }
 
-async fn say(pool: &PgPool, message: &str) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_notify($1, $2)").bind(ACK_CHANNEL).bind(message).execute(pool).await.map(drop)
+/// Most acknowledgements sent in one statement.
+const SAY_BATCH: usize = 256;
+
+/// Sends the replica's hellos and acknowledgements on a connection of its
+/// own, never the pool's: under load, writers hold every pooled connection
+/// while they wait for acknowledgements, which must not queue behind them.
+/// Whatever queued meanwhile goes in one statement. While the connection is
+/// down messages are dropped (a writer waits `ACK_TIMEOUT` at most).
+async fn speak(pool: PgPool, mut rx: mpsc::UnboundedReceiver<String>) {
+    let options = pool.connect_options();
+    let mut conn: Option<PgConnection> = None;
+    let mut batch = Vec::with_capacity(SAY_BATCH);
+    while rx.recv_many(&mut batch, SAY_BATCH).await > 0 {
+        if pool.is_closed() {
+            return;
+        }
+        if conn.is_none() {
+            match PgConnection::connect_with(&options).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => tracing::warn!(error = %e, "cannot connect to send acknowledgements"),
+            }
+        }
+        if let Some(c) = conn.as_mut() {
+            let sent = sqlx::query("SELECT pg_notify($1, m) FROM unnest($2::text[]) AS m")
+                .bind(ACK_CHANNEL)
+                .bind(&batch)
+                .execute(&mut *c)
+                .await;
+            if let Err(e) = sent {
+                tracing::warn!(error = %e, "cannot send acknowledgements; reconnecting");
+                conn = None;
+            }
+        }
+        batch.clear();
+    }
 }
