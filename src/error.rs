@@ -82,7 +82,7 @@ impl Error {
 
 /// Errors that mean "the database cannot be reached right now" rather than
 /// "this statement failed".
-fn is_unavailable(e: &sqlx::Error) -> bool {
+pub(crate) fn is_unavailable(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_))
         || matches!(e, sqlx::Error::Database(d) if d.code().as_deref().is_some_and(|c| c == "5" || c == "6" || c == "517"))
 }

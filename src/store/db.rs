@@ -13,6 +13,8 @@ use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::types::Json;
 use sqlx::{Arguments, FromRow, PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
 
+use super::sqlite::WriteTx;
+
 /// One bound value.
 #[derive(Debug, Clone)]
 pub enum Arg {
@@ -228,23 +230,24 @@ impl Conn<'_> {
     }
 }
 
-/// A write transaction of either backend.
+/// A write transaction of either backend: on SQLite, a turn on the write
+/// lane (see `sqlite.rs`).
 pub enum Tx {
-    Sqlite(Transaction<'static, Sqlite>),
+    Sqlite(WriteTx),
     Postgres(Transaction<'static, Postgres>),
 }
 
 impl Tx {
     pub fn conn(&mut self) -> Conn<'_> {
         match self {
-            Tx::Sqlite(t) => Conn::Sqlite(t),
+            Tx::Sqlite(t) => Conn::Sqlite(t.conn()),
             Tx::Postgres(t) => Conn::Postgres(t),
         }
     }
 
     pub async fn commit(self) -> sqlx::Result<()> {
         match self {
-            Tx::Sqlite(t) => t.commit().await,
+            Tx::Sqlite(t) => t.commit(Vec::new()).await,
             Tx::Postgres(t) => t.commit().await,
         }
     }

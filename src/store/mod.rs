@@ -202,7 +202,8 @@ pub struct AlertQuery {
 /// Which database, with its pool.
 #[derive(Clone)]
 pub(crate) enum Backend {
-    Sqlite(sqlx::SqlitePool),
+    /// The pool (readers) and the write lane.
+    Sqlite(sqlx::SqlitePool, sqlite::Lane),
     Postgres(sqlx::PgPool),
 }
 
@@ -266,10 +267,12 @@ impl SqlStore {
         let store = match url.split(':').next() {
             Some("sqlite") => {
                 let pool = sqlite::connect(url, opts).await?;
+                let hub = ChangeHub::new(true);
+                let lane = sqlite::Lane::open(&pool, hub.clone()).await?;
                 Self {
-                    backend: Backend::Sqlite(pool),
+                    backend: Backend::Sqlite(pool, lane),
                     clock,
-                    hub: ChangeHub::new(true),
+                    hub,
                     receivers: opts.receivers(),
                     acks: None,
                     metrics: opts.metrics.clone(),
@@ -305,11 +308,12 @@ impl SqlStore {
     }
 
     /// A write transaction holding the registry's single writer lock until it
-    /// ends: SQLite's own, the write lock exclusively on PostgreSQL (see
-    /// `postgres::begin_write` for the rule).
+    /// ends: a turn on SQLite's write lane (grouped with others into one
+    /// commit, see `sqlite.rs`), the write lock exclusively on PostgreSQL
+    /// (see `postgres::begin_write` for the rule).
     async fn begin_write(&self) -> Result<Tx> {
         Ok(match &self.backend {
-            Backend::Sqlite(pool) => Tx::Sqlite(sqlite::begin_write(pool).await?),
+            Backend::Sqlite(_, lane) => Tx::Sqlite(lane.begin().await?),
             Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool, postgres::Scope::Registry).await?),
         })
     }
@@ -321,7 +325,7 @@ impl SqlStore {
     /// `postgres::begin_write` for the rule); SQLite has one writer.
     async fn begin_write_under(&self, keys: &[String]) -> Result<Tx> {
         Ok(match &self.backend {
-            Backend::Sqlite(_) => return self.begin_write().await,
+            Backend::Sqlite(..) => return self.begin_write().await,
             Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool, postgres::Scope::Keys(keys)).await?),
         })
     }
@@ -344,7 +348,7 @@ impl SqlStore {
 
     async fn read(&self) -> Result<Pooled> {
         Ok(match &self.backend {
-            Backend::Sqlite(pool) => Pooled::Sqlite(pool.acquire().await?),
+            Backend::Sqlite(pool, _) => Pooled::Sqlite(pool.acquire().await?),
             Backend::Postgres(pool) => Pooled::Postgres(pool.acquire().await?),
         })
     }
@@ -353,7 +357,12 @@ impl SqlStore {
     /// PostgreSQL the changes are also notified to every replica from inside
     /// the transaction (delivered only if it commits), and the answer waits
     /// until each live replica has applied them.
-    async fn finish(&self, mut tx: Tx, changes: Vec<Change>) -> Result<()> {
+    async fn finish(&self, tx: Tx, changes: Vec<Change>) -> Result<()> {
+        let mut tx = match tx {
+            // The lane publishes after its group's COMMIT.
+            Tx::Sqlite(t) => return Ok(t.commit(changes).await?),
+            tx => tx,
+        };
         let token = match (&mut tx, &self.acks) {
             (Tx::Postgres(t), Some(acks)) if !changes.is_empty() => {
                 let token = acks.register();
@@ -384,7 +393,7 @@ impl SqlStore {
 
     pub fn backend(&self) -> &'static str {
         match self.backend {
-            Backend::Sqlite(_) => "sqlite",
+            Backend::Sqlite(..) => "sqlite",
             Backend::Postgres(_) => "postgres",
         }
     }

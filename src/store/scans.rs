@@ -217,7 +217,7 @@ impl SqlStore {
         drop(r);
         let oldest_pending_seconds = oldest.map_or(0.0, |(at,)| (now - at).num_milliseconds().max(0) as f64 / 1000.0);
         let (size, idle) = match &self.backend {
-            Backend::Sqlite(p) => (p.size(), p.num_idle()),
+            Backend::Sqlite(p, _) => (p.size(), p.num_idle()),
             Backend::Postgres(p) => (p.size(), p.num_idle()),
         };
         let pool_idle = i64::try_from(idle).unwrap_or(i64::MAX);

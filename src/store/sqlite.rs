@@ -1,11 +1,37 @@
 //! SQLite, the embedded default: one file, WAL, one writer at a time.
+//!
+//! Writes go through one dedicated connection, the write lane. Writers queue
+//! for it in the process (a fair mutex) instead of on SQLite's busy timeout,
+//! and queued writers share one transaction, so several decisions share one
+//! `COMMIT` and its fsync (group commit, `synchronous=FULL` kept):
+//!
+//! - the first writer of a group opens `BEGIN IMMEDIATE`; every writer works
+//!   inside its own `SAVEPOINT`, so its rollback (an error, a rejected path
+//!   that rolls back, a cancelled request) undoes only its own work;
+//! - a writer that commits releases its savepoint and, while others queue
+//!   (and the group is young and small), hands the lane to the next one and
+//!   waits for the group's `COMMIT`; the last one commits and tells everyone;
+//! - each member's changes are published to the hub, and its answer given,
+//!   only after the `COMMIT` succeeded; a failed `COMMIT` fails every member
+//!   and leaves nothing of the group.
+//!
+//! Reads use the pool's other connections (WAL readers) and see only
+//! committed groups. Other processes on the same file still queue on the
+//! busy timeout.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{SqliteConnection, SqlitePool};
+use tokio::sync::{oneshot, Mutex, OwnedMutexGuard};
 
 use super::DbOptions;
+use crate::changes::{Change, ChangeHub};
 
 pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<SqlitePool> {
     let options = SqliteConnectOptions::from_str(url)?
@@ -15,8 +41,8 @@ pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<Sqlit
         // only a killed process.
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
-        // A writer waits this long for another's lock (another process's
-        // too), then the request answers 503 storage_unavailable.
+        // A writer waits this long for another process's lock, then the
+        // request answers 503 storage_unavailable.
         .busy_timeout(opts.timeout);
     let pool = SqlitePoolOptions::new()
         .max_connections(opts.max_connections.max(2))
@@ -32,8 +58,401 @@ pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<Sqlit
     Ok(pool)
 }
 
-/// `BEGIN IMMEDIATE` takes the writer lock up front, so two writers queue on
-/// the busy timeout instead of failing when a reader tries to upgrade.
-pub(super) async fn begin_write(pool: &SqlitePool) -> sqlx::Result<Transaction<'static, Sqlite>> {
-    pool.begin_with("BEGIN IMMEDIATE").await
+/// Most writers one `COMMIT` covers.
+const MAX_MEMBERS: usize = 64;
+
+/// A group stops taking writers once it is this old: the first member's
+/// answer waits for the last one's work.
+const MAX_AGE: Duration = Duration::from_millis(10);
+
+/// The write lane: the process's one write connection, and the group
+/// transaction open on it.
+#[derive(Clone)]
+pub(crate) struct Lane {
+    inner: Arc<Mutex<Inner>>,
+    /// Writers waiting for the lane: while there are any, a writer that is
+    /// done hands the lane over instead of committing.
+    queued: Arc<AtomicUsize>,
+    hub: Arc<ChangeHub>,
+    max_age: Duration,
+}
+
+struct Inner {
+    conn: SqliteConnection,
+    /// The open transaction, when a group is under way.
+    group: Option<Group>,
+}
+
+struct Group {
+    started: Instant,
+    /// Writers whose work is in the transaction, waiting for its `COMMIT`.
+    members: Vec<Member>,
+}
+
+struct Member {
+    changes: Vec<Change>,
+    reply: oneshot::Sender<sqlx::Result<()>>,
+}
+
+impl Lane {
+    /// Takes a connection of `pool` (with its settings) for the lane; the
+    /// pool opens another in its place.
+    pub(super) async fn open(pool: &SqlitePool, hub: Arc<ChangeHub>) -> sqlx::Result<Self> {
+        let conn = pool.acquire().await?.detach();
+        Ok(Self {
+            inner: Arc::new(Mutex::new(Inner { conn, group: None })),
+            queued: Arc::default(),
+            hub,
+            max_age: MAX_AGE,
+        })
+    }
+
+    /// Begins a write: waits for the lane, joins (or opens) the group's
+    /// transaction and opens this writer's savepoint. The statements run in
+    /// a task: a request cancelled meanwhile leaves the lane settled.
+    pub(super) async fn begin(&self) -> sqlx::Result<WriteTx> {
+        let guard = self.acquire().await;
+        let (reply, begun) = oneshot::channel();
+        let lane = self.clone();
+        spawn_or_drop(guard, move |mut guard| async move {
+            match lane.enter(&mut guard).await {
+                // Unanswered (the request is gone), the write drops: rolled back.
+                Ok(()) => drop(reply.send(Ok(WriteTx { lane, guard: Some(guard) }))),
+                Err(e) => {
+                    drop(reply.send(Err(e)));
+                    lane.settle(guard).await;
+                }
+            }
+        });
+        begun.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    async fn enter(&self, guard: &mut OwnedMutexGuard<Inner>) -> sqlx::Result<()> {
+        if guard.group.is_none() {
+            // IMMEDIATE takes SQLite's writer lock up front: another process
+            // holding it makes this wait (busy timeout), never fail later.
+            if let Err(e) = run(&mut guard.conn, "BEGIN IMMEDIATE").await {
+                // Whatever the connection was left in, the next writer
+                // starts from no transaction.
+                drop(run(&mut guard.conn, "ROLLBACK").await);
+                return Err(e);
+            }
+            guard.group = Some(Group { started: Instant::now(), members: Vec::new() });
+        }
+        // On failure the group goes on without this writer.
+        run(&mut guard.conn, "SAVEPOINT w").await
+    }
+
+    /// Waits for the lane. A writer cancelled while waiting may have been
+    /// handed the lane with a group open: someone must still settle it.
+    async fn acquire(&self) -> OwnedMutexGuard<Inner> {
+        struct Waiting(Option<Lane>);
+        impl Drop for Waiting {
+            fn drop(&mut self) {
+                if let Some(lane) = self.0.take() {
+                    lane.queued.fetch_sub(1, Ordering::SeqCst);
+                    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        rt.spawn(async move {
+                            let guard = lane.inner.clone().lock_owned().await;
+                            lane.settle(guard).await;
+                        });
+                    }
+                }
+            }
+        }
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let mut waiting = Waiting(Some(self.clone()));
+        let guard = self.inner.clone().lock_owned().await;
+        waiting.0 = None;
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        guard
+    }
+
+    /// A writer is done with the lane (its work released into the group, or
+    /// rolled back): hand the lane to the next writer while the group may
+    /// grow, or else commit the group and answer its members.
+    async fn settle(&self, mut guard: OwnedMutexGuard<Inner>) {
+        let Some(group) = &guard.group else {
+            return;
+        };
+        let grow = self.queued.load(Ordering::SeqCst) > 0
+            && group.members.len() < MAX_MEMBERS
+            && group.started.elapsed() < self.max_age;
+        if grow {
+            // Dropping the guard hands the lane to the first writer queued.
+            return;
+        }
+        let group = guard.group.take().expect("a group is open");
+        let result = run(&mut guard.conn, "COMMIT").await;
+        match &result {
+            Ok(()) => {
+                for m in &group.members {
+                    for c in &m.changes {
+                        self.hub.publish(c.clone());
+                    }
+                }
+            }
+            // A COMMIT that failed (a deferred constraint, a full disk) may
+            // leave the transaction open: nothing of the group stays.
+            Err(_) => drop(run(&mut guard.conn, "ROLLBACK").await),
+        }
+        drop(guard);
+        answer(group, result);
+    }
+
+    /// Ends a write that committed: its work joins the group.
+    async fn release(&self, mut guard: OwnedMutexGuard<Inner>, member: Member) {
+        match run(&mut guard.conn, "RELEASE w").await {
+            Ok(_) => guard.group.as_mut().expect("a group is open").members.push(member),
+            Err(e) => {
+                self.undo(&mut guard).await;
+                drop(member.reply.send(Err(e)));
+            }
+        }
+        self.settle(guard).await;
+    }
+
+    /// Ends a write that did not commit: its work is undone, the group's
+    /// stays.
+    async fn rollback(&self, mut guard: OwnedMutexGuard<Inner>) {
+        self.undo(&mut guard).await;
+        self.settle(guard).await;
+    }
+
+    /// Rolls the open savepoint back. If that fails the transaction is in a
+    /// state nobody can vouch for: the whole group is rolled back and fails.
+    async fn undo(&self, guard: &mut OwnedMutexGuard<Inner>) {
+        if run(&mut guard.conn, "ROLLBACK TO w").await.is_ok() && run(&mut guard.conn, "RELEASE w").await.is_ok() {
+            return;
+        }
+        let rolled_back = run(&mut guard.conn, "ROLLBACK").await;
+        if let Some(group) = guard.group.take() {
+            tracing::error!(
+                members = group.members.len(),
+                ?rolled_back,
+                "write lane: savepoint lost, group rolled back"
+            );
+            answer(group, Err(sqlx::Error::Protocol("the write group was rolled back".into())));
+        }
+    }
+}
+
+/// Tells each member of a group how its `COMMIT` went. The last member gets
+/// the error itself, the others a copy that maps to the same answer.
+fn answer(group: Group, result: sqlx::Result<()>) {
+    let shared = result.as_ref().err().map(copy);
+    let mut members = group.members;
+    let last = members.pop();
+    for m in members {
+        drop(m.reply.send(match &shared {
+            None => Ok(()),
+            Some(e) => Err(e()),
+        }));
+    }
+    if let Some(m) = last {
+        drop(m.reply.send(result));
+    }
+}
+
+/// A maker of copies of `e` (sqlx errors do not clone) that keep what the
+/// API answers from it: storage unavailable (503) or a storage error (500).
+fn copy(e: &sqlx::Error) -> impl Fn() -> sqlx::Error {
+    let unavailable = crate::error::is_unavailable(e);
+    let message = format!("the group commit failed: {e}");
+    move || {
+        if unavailable {
+            sqlx::Error::Io(std::io::Error::other(message.clone()))
+        } else {
+            sqlx::Error::Protocol(message.clone())
+        }
+    }
+}
+
+/// Runs one statement on the lane's connection (boxed: a future that is
+/// `Send` for every borrow, which the lane's tasks need).
+fn run<'c>(
+    conn: &'c mut SqliteConnection,
+    sql: &'static str,
+) -> Pin<Box<dyn Future<Output = sqlx::Result<()>> + Send + 'c>> {
+    use sqlx::Executor;
+    Box::pin(async move { conn.execute(sql).await.map(drop) })
+}
+
+/// The runtime stopped the lane's task before it answered.
+fn stopped() -> sqlx::Error {
+    sqlx::Error::Protocol("the write lane stopped before answering".into())
+}
+
+/// Runs `f` with the guard on the runtime, so that it completes even when
+/// the request that started it is cancelled.
+fn spawn_or_drop<F, Fut>(guard: OwnedMutexGuard<Inner>, f: F)
+where
+    F: FnOnce(OwnedMutexGuard<Inner>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn(f(guard))),
+        // No runtime (the process is ending): the connection's transaction
+        // ends unfinished, which SQLite rolls back.
+        Err(_) => drop(guard),
+    }
+}
+
+/// One writer's turn on the lane, inside its savepoint. Dropped without
+/// [`WriteTx::commit`], its work is rolled back (in a task, so that a
+/// cancelled request leaves the lane usable and the group's other members
+/// still get their `COMMIT`).
+pub struct WriteTx {
+    lane: Lane,
+    guard: Option<OwnedMutexGuard<Inner>>,
+}
+
+impl WriteTx {
+    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+        &mut self.guard.as_mut().expect("an open write").conn
+    }
+
+    /// Commits this writer's work with its group, then publishes `changes`
+    /// (after the `COMMIT`, whether or not this request still waits).
+    pub(crate) async fn commit(mut self, changes: Vec<Change>) -> sqlx::Result<()> {
+        let guard = self.guard.take().expect("an open write");
+        let (reply, result) = oneshot::channel();
+        let lane = self.lane.clone();
+        spawn_or_drop(guard, move |guard| async move { lane.release(guard, Member { changes, reply }).await });
+        result.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+impl Drop for WriteTx {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            let lane = self.lane.clone();
+            spawn_or_drop(guard, move |guard| async move { lane.rollback(guard).await });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lane() -> (tempfile::TempDir, SqlitePool, Lane) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}", dir.path().join("lane.db").display());
+        let pool = connect(&url, &DbOptions::default()).await.expect("connect");
+        sqlx::raw_sql(
+            "CREATE TABLE t (x INTEGER); CREATE TABLE parent (id INTEGER PRIMARY KEY); \
+             CREATE TABLE child (x INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .execute(&pool)
+        .await
+        .expect("tables");
+        let mut lane = Lane::open(&pool, ChangeHub::new(true)).await.expect("lane");
+        // Groups close only when nobody queues: the tests decide who does.
+        lane.max_age = Duration::from_secs(3600);
+        (dir, pool, lane)
+    }
+
+    async fn insert(w: &mut WriteTx, sql: &'static str) {
+        run(w.conn(), sql).await.expect("insert");
+    }
+
+    async fn rows(pool: &SqlitePool) -> Vec<i64> {
+        sqlx::query_scalar("SELECT x FROM t ORDER BY x").fetch_all(pool).await.expect("select")
+    }
+
+    /// Waits until `n` writers queue for the lane.
+    async fn queued(lane: &Lane, n: usize) {
+        while lane.queued.load(Ordering::SeqCst) != n {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn change(dataset: &str) -> Change {
+        Change { dataset: dataset.into(), partitions: None }
+    }
+
+    #[tokio::test]
+    async fn a_dropped_write_undoes_only_its_own_work() {
+        let (_dir, pool, lane) = lane().await;
+        let mut a = lane.begin().await.expect("begin");
+        insert(&mut a, "INSERT INTO t VALUES (1)").await;
+        a.commit(Vec::new()).await.expect("commit");
+        let mut b = lane.begin().await.expect("begin");
+        insert(&mut b, "INSERT INTO t VALUES (2)").await;
+        drop(b);
+        let mut c = lane.begin().await.expect("the lane is free again");
+        insert(&mut c, "INSERT INTO t VALUES (3)").await;
+        c.commit(Vec::new()).await.expect("commit");
+        assert_eq!(rows(&pool).await, [1, 3]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_writers_share_a_commit_and_a_rollback_stays_its_own() {
+        let (_dir, pool, lane) = lane().await;
+        let before = lane.hub.generation();
+        let mut a = lane.begin().await.expect("begin");
+        insert(&mut a, "INSERT INTO t VALUES (1)").await;
+        let other = lane.clone();
+        let later = tokio::spawn(async move {
+            let mut b = other.begin().await.expect("begin");
+            insert(&mut b, "INSERT INTO t VALUES (2)").await;
+            drop(b);
+            let mut c = other.begin().await.expect("begin");
+            insert(&mut c, "INSERT INTO t VALUES (3)").await;
+            c.commit(vec![change("c")]).await
+        });
+        queued(&lane, 1).await;
+        // `a` hands the lane over and waits for the group's COMMIT, which
+        // the last writer makes.
+        a.commit(vec![change("a")]).await.expect("commit");
+        assert_ne!(lane.hub.generation(), before, "published by the time the commit is answered");
+        later.await.expect("task").expect("commit");
+        assert_eq!(rows(&pool).await, [1, 3]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_group_commit_fails_every_member_and_keeps_nothing() {
+        let (_dir, pool, lane) = lane().await;
+        let before = lane.hub.generation();
+        let mut a = lane.begin().await.expect("begin");
+        insert(&mut a, "INSERT INTO t VALUES (1)").await;
+        let other = lane.clone();
+        let later = tokio::spawn(async move {
+            let mut b = other.begin().await.expect("begin");
+            // Checked only at COMMIT: no parent 99.
+            insert(&mut b, "INSERT INTO child VALUES (99)").await;
+            b.commit(vec![change("b")]).await
+        });
+        queued(&lane, 1).await;
+        let a = a.commit(vec![change("a")]).await;
+        let b = later.await.expect("task");
+        assert!(b.is_err(), "the member whose work breaks the COMMIT");
+        assert!(a.is_err(), "and the member that shared it");
+        assert_eq!(rows(&pool).await, Vec::<i64>::new());
+        assert_eq!(lane.hub.generation(), before, "nothing published");
+        let mut c = lane.begin().await.expect("the lane goes on");
+        insert(&mut c, "INSERT INTO t VALUES (3)").await;
+        c.commit(Vec::new()).await.expect("commit");
+        assert_eq!(rows(&pool).await, [3]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_cancelled_while_queued_does_not_strand_the_group() {
+        let (_dir, pool, lane) = lane().await;
+        let mut a = lane.begin().await.expect("begin");
+        insert(&mut a, "INSERT INTO t VALUES (1)").await;
+        let other = lane.clone();
+        let waiting = tokio::spawn(async move { other.begin().await.map(drop) });
+        queued(&lane, 1).await;
+        let committing = tokio::spawn(a.commit(Vec::new()));
+        waiting.abort();
+        let done = tokio::time::timeout(Duration::from_secs(30), committing).await;
+        done.expect("the group's COMMIT came").expect("task").expect("commit");
+        assert_eq!(rows(&pool).await, [1]);
+        let mut c = lane.begin().await.expect("the lane is free");
+        insert(&mut c, "INSERT INTO t VALUES (2)").await;
+        c.commit(Vec::new()).await.expect("commit");
+        assert_eq!(rows(&pool).await, [1, 2]);
+    }
 }

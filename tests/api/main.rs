@@ -17,6 +17,7 @@ mod defaults;
 mod edge;
 mod faults;
 mod fitness;
+mod group_commit;
 mod growth;
 mod history;
 mod hostile;
