@@ -268,7 +268,7 @@ impl SqlStore {
             Some("sqlite") => {
                 let pool = sqlite::connect(url, opts).await?;
                 let hub = ChangeHub::new(true);
-                let lane = sqlite::Lane::open(&pool, hub.clone()).await?;
+                let lane = sqlite::Lane::open(&pool, hub.clone(), opts).await?;
                 Self {
                     backend: Backend::Sqlite(pool, lane),
                     clock,

@@ -75,6 +75,9 @@ pub(crate) struct Lane {
     queued: Arc<AtomicUsize>,
     hub: Arc<ChangeHub>,
     max_age: Duration,
+    /// Longest wait for the lane: then 503 storage_unavailable, as for a
+    /// pooled connection.
+    timeout: Duration,
 }
 
 struct Inner {
@@ -97,13 +100,14 @@ struct Member {
 impl Lane {
     /// Takes a connection of `pool` (with its settings) for the lane; the
     /// pool opens another in its place.
-    pub(super) async fn open(pool: &SqlitePool, hub: Arc<ChangeHub>) -> sqlx::Result<Self> {
+    pub(super) async fn open(pool: &SqlitePool, hub: Arc<ChangeHub>, opts: &DbOptions) -> sqlx::Result<Self> {
         let conn = pool.acquire().await?.detach();
         Ok(Self {
             inner: Arc::new(Mutex::new(Inner { conn, group: None })),
             queued: Arc::default(),
             hub,
             max_age: MAX_AGE,
+            timeout: opts.timeout,
         })
     }
 
@@ -111,7 +115,9 @@ impl Lane {
     /// transaction and opens this writer's savepoint. The statements run in
     /// a task: a request cancelled meanwhile leaves the lane settled.
     pub(super) async fn begin(&self) -> sqlx::Result<WriteTx> {
-        let guard = self.acquire().await;
+        let Ok(guard) = tokio::time::timeout(self.timeout, self.acquire()).await else {
+            return Err(sqlx::Error::PoolTimedOut);
+        };
         let (reply, begun) = oneshot::channel();
         let lane = self.clone();
         spawn_or_drop(guard, move |mut guard| async move {
@@ -347,7 +353,7 @@ mod tests {
         .execute(&pool)
         .await
         .expect("tables");
-        let mut lane = Lane::open(&pool, ChangeHub::new(true)).await.expect("lane");
+        let mut lane = Lane::open(&pool, ChangeHub::new(true), &DbOptions::default()).await.expect("lane");
         // Groups close only when nobody queues: the tests decide who does.
         lane.max_age = Duration::from_secs(3600);
         (dir, pool, lane)
@@ -454,5 +460,15 @@ mod tests {
         insert(&mut c, "INSERT INTO t VALUES (2)").await;
         c.commit(Vec::new()).await.expect("commit");
         assert_eq!(rows(&pool).await, [1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_writer_waits_for_the_lane_no_longer_than_the_timeout() {
+        let (_dir, _pool, mut lane) = lane().await;
+        lane.timeout = Duration::from_millis(50);
+        let _held = lane.begin().await.expect("begin");
+        let e = lane.begin().await.err().expect("the lane stays held");
+        assert!(matches!(e, sqlx::Error::PoolTimedOut), "{e}");
+        assert!(crate::error::is_unavailable(&e), "answered 503 storage_unavailable");
     }
 }
