@@ -89,7 +89,7 @@ async fn a_failing_writer_takes_only_its_own_work(app: TestApp) {
         let path = format!("/v1/batches/{id}/written");
         async move { app.post(&path, &body).await }
     };
-    let (good, refused) = futures::join!(join_all((0..n).map(|i| cycle(&app, i))), join_all(failing.iter().map(bad)));
+    let (good, refused) = futures::join!(join_all((0..n).map(|i| cycle(app, i))), join_all(failing.iter().map(bad)));
     for (start, commit, body) in &good {
         assert_eq!((*start, *commit), (StatusCode::CREATED, StatusCode::OK), "{body}");
     }
