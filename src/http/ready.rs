@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -317,26 +318,80 @@ async fn evaluate(app: &AppState, target: &Target) -> Result<Answer> {
 /// query (an error, a miss, a task query, a not-ready partition), which the
 /// router's full path answers. A query that waits gets the same answer: it
 /// is ready now.
-pub(super) fn ready_from_cache(app: &AppState, raw: Option<&str>) -> Option<Vec<u8>> {
-    let q = parse(raw).ok()?;
-    let Target::Partitions { dataset, partitions } = &q.target else {
-        return None;
-    };
-    let mut found = Vec::with_capacity(partitions.len());
-    for p in partitions {
-        match app.hub.cached_partition(dataset, p) {
-            Some(Some(r)) if r.fitness().is_ready() => found.push(Some(r)),
-            _ => return None,
+pub(super) fn ready_from_cache(app: &AppState, memo: &AnswerMemo, raw: Option<&str>) -> Option<Bytes> {
+    let raw = raw?;
+    let body = match memo.still_current(app, raw) {
+        Some(hit) => hit,
+        None => {
+            let q = parse(Some(raw)).ok()?;
+            let Target::Partitions { dataset, partitions } = &q.target else {
+                return None;
+            };
+            let mut found = Vec::with_capacity(partitions.len());
+            for p in partitions {
+                match app.hub.cached_partition(dataset, p) {
+                    Some(Some(r)) if r.fitness().is_ready() => found.push(r),
+                    _ => return None,
+                }
+            }
+            let Answer::Ready(bytes) = judge(dataset, partitions, found.iter().cloned().map(Some).collect(), None)
+            else {
+                return None;
+            };
+            memo.keep(raw, dataset, partitions.iter().cloned().zip(found).collect(), bytes.into())
         }
-    }
-    let Answer::Ready(bytes) = judge(dataset, partitions, found, None) else {
-        return None;
     };
-    for _ in partitions {
+    for _ in 0..body.partitions {
         app.metrics.cache_hit();
     }
     app.metrics.ready_answer("ready");
-    Some(bytes)
+    Some(body.bytes)
+}
+
+/// Ready answers already built, by raw query string: the sensors' hot path
+/// asks the same few queries over and over, and re-parsing the query and
+/// re-serialising the same answer was most of its own work. An answer is
+/// served again only while every partition it was built from still has the
+/// very cache entry it was built from (a change replaces the entry, and the
+/// memo holds the old one, so its address cannot be reused). Bounded like
+/// the cache: full, it starts again.
+#[derive(Default)]
+pub struct AnswerMemo {
+    answers: std::sync::RwLock<std::collections::HashMap<Box<str>, Arc<Memo>>>,
+}
+
+struct Memo {
+    dataset: String,
+    parts: Vec<(String, Arc<PartitionRecord>)>,
+    bytes: Bytes,
+}
+
+/// A memoised ready body, with how many partitions it answered for.
+struct MemoHit {
+    bytes: Bytes,
+    partitions: usize,
+}
+
+impl AnswerMemo {
+    const CAPACITY: usize = 10_000;
+
+    fn still_current(&self, app: &AppState, raw: &str) -> Option<MemoHit> {
+        let m = self.answers.read().expect("memo lock").get(raw).cloned()?;
+        let current = m.parts.iter().all(|(p, built_from)| {
+            matches!(app.hub.cached_partition(&m.dataset, p), Some(Some(now)) if Arc::ptr_eq(&now, built_from))
+        });
+        current.then(|| MemoHit { bytes: m.bytes.clone(), partitions: m.parts.len() })
+    }
+
+    fn keep(&self, raw: &str, dataset: &str, parts: Vec<(String, Arc<PartitionRecord>)>, bytes: Bytes) -> MemoHit {
+        let hit = MemoHit { bytes: bytes.clone(), partitions: parts.len() };
+        let mut answers = self.answers.write().expect("memo lock");
+        if answers.len() >= Self::CAPACITY {
+            answers.clear();
+        }
+        answers.insert(raw.into(), Arc::new(Memo { dataset: dataset.to_owned(), parts, bytes }));
+        hit
+    }
 }
 
 /// Evaluates, turning a storage fault into a not-ready answer.

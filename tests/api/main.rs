@@ -21,6 +21,7 @@ mod group_commit;
 mod growth;
 mod history;
 mod hostile;
+mod hot_path;
 mod jwt;
 mod lifecycle;
 mod lineage;
