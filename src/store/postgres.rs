@@ -70,7 +70,9 @@ pub(super) enum Scope<'a> {
 /// 1. Every write first takes `WRITE_LOCK`: exclusively for the rare writes
 ///    that may touch any dataset (policy changes, scans, invalidations,
 ///    repairs, tokens, pruning: [`Scope::Registry`]), shared for the batch
-///    lifecycle (start, heartbeat, written, commit, fail: [`Scope::Keys`]).
+///    lifecycle (start, heartbeat, written, commit, fail: [`Scope::Keys`])
+///    and for what only appends or touches its own row (audit rows, a
+///    token's last use: no keys).
 ///    An exclusive holder is alone and needs no other lock.
 /// 2. A shared holder then takes the advisory lock of each key it works
 ///    under, in ascending lock-id order: the batch's dataset (which orders
