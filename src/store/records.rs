@@ -105,20 +105,6 @@ fn checks_as_stored<S: Serializer>(checks: &[CheckResult], s: S) -> std::result:
     s.collect_seq(checks.iter().map(checks::Sorted))
 }
 
-/// A batch's source counts as [`as_stored`] shows them, written straight.
-fn source_as_stored<S: Serializer>(source: &Option<SourceEvidence>, s: S) -> std::result::Result<S::Ok, S::Error> {
-    match source {
-        None => s.serialize_none(),
-        Some(src) => {
-            use serde::ser::SerializeMap;
-            let mut m = s.serialize_map(Some(2))?;
-            m.serialize_entry("metrics", &src.metrics)?;
-            m.serialize_entry("row_count", &src.row_count)?;
-            m.end()
-        }
-    }
-}
-
 /// What the registry keeps of a request to know it again (an idempotent
 /// start, a repeated commit or fail): the SHA-256 of its canonical body,
 /// base64url, 43 characters instead of the body.
@@ -298,7 +284,7 @@ pub struct BatchRecord {
     pub partitions: Vec<BatchPartition>,
     pub marker: Option<String>,
     /// The `source` counts of the commit, if it gave them.
-    #[serde(serialize_with = "source_as_stored")]
+    #[serde(serialize_with = "as_stored")]
     pub source: Option<SourceEvidence>,
     /// Empty until the batch is committed.
     #[serde(serialize_with = "checks_as_stored")]
