@@ -220,6 +220,12 @@ struct ServeArgs {
     events_urls: Vec<String>,
 }
 
+/// jemalloc: memory a buffer reserved but never wrote stays untouched, so an
+/// idle connection costs the bytes it holds, not its buffers' capacity.
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match Cli::parse().command {
