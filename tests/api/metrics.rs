@@ -226,25 +226,37 @@ async fn a_cached_ready_answer_is_the_full_answer_counted_with_a_request_id(app:
     let body = first.bytes().await.expect("body");
     assert_eq!(status, StatusCode::OK, "{body:?}");
 
-    let before = scrape(&app).await;
-    let cached = get(None).await.expect("cached /ready");
-    let cached_headers = cached.headers().clone();
-    assert_eq!(cached.status(), StatusCode::OK);
-    assert_eq!(cached.bytes().await.expect("body"), body, "the cached answer is the full path's bytes");
-    assert_eq!(cached_headers["content-type"], headers["content-type"]);
-    let (a, b) = (&headers["x-request-id"], &cached_headers["x-request-id"]);
-    assert!(!b.is_empty() && a != b, "each answer has its own request id: {a:?} {b:?}");
-    let traced = get(Some("sensor-trace-7")).await.expect("traced /ready");
-    assert_eq!(traced.headers()["x-request-id"], "sensor-trace-7", "the client's request id comes back");
-    assert_eq!(traced.bytes().await.expect("body"), body);
+    // On PostgreSQL a replica also hears its own publish, asynchronously,
+    // and drops the entry then: one extra miss per change, which may land in
+    // the measured window on a busy machine. That can happen once; a window
+    // that met it is measured again.
+    for attempt in 1..=3 {
+        let warm = get(None).await.expect("warming /ready");
+        assert_eq!(warm.bytes().await.expect("body"), body);
+        let before = scrape(&app).await;
+        let cached = get(None).await.expect("cached /ready");
+        let cached_headers = cached.headers().clone();
+        assert_eq!(cached.status(), StatusCode::OK);
+        assert_eq!(cached.bytes().await.expect("body"), body, "the cached answer is the full path's bytes");
+        assert_eq!(cached_headers["content-type"], headers["content-type"]);
+        let (a, b) = (&headers["x-request-id"], &cached_headers["x-request-id"]);
+        assert!(!b.is_empty() && a != b, "each answer has its own request id: {a:?} {b:?}");
+        let traced = get(Some("sensor-trace-7")).await.expect("traced /ready");
+        assert_eq!(traced.headers()["x-request-id"], "sensor-trace-7", "the client's request id comes back");
+        assert_eq!(traced.bytes().await.expect("body"), body);
 
-    let after = scrape(&app).await;
-    let moved = |name: &str, labels: &[(&str, &str)]| after.value(name, labels) - before.value(name, labels);
-    assert_eq!(moved("batchgate_ready_cache_hits_total", &[]), 2.0, "both answered from the cache");
-    assert_eq!(moved("batchgate_ready_cache_misses_total", &[]), 0.0);
-    assert_eq!(moved("batchgate_ready_answers_total", &[("outcome", "ready")]), 2.0);
-    assert_eq!(moved("batchgate_http_requests_total", &[("route", "/ready"), ("status", "200")]), 2.0);
-    assert_eq!(moved("batchgate_http_request_duration_seconds_count", &[("route", "/ready")]), 2.0);
+        let after = scrape(&app).await;
+        let moved = |name: &str, labels: &[(&str, &str)]| after.value(name, labels) - before.value(name, labels);
+        if moved("batchgate_ready_cache_misses_total", &[]) > 0.0 && attempt < 3 {
+            continue;
+        }
+        assert_eq!(moved("batchgate_ready_cache_hits_total", &[]), 2.0, "both answered from the cache");
+        assert_eq!(moved("batchgate_ready_cache_misses_total", &[]), 0.0);
+        assert_eq!(moved("batchgate_ready_answers_total", &[("outcome", "ready")]), 2.0);
+        assert_eq!(moved("batchgate_http_requests_total", &[("route", "/ready"), ("status", "200")]), 2.0);
+        assert_eq!(moved("batchgate_http_request_duration_seconds_count", &[("route", "/ready")]), 2.0);
+        break;
+    }
 }
 
 async fn failures_and_abandonments_are_counted_by_state_and_tier(app: TestApp) {
