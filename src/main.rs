@@ -222,7 +222,7 @@ struct ServeArgs {
 
 /// jemalloc: memory a buffer reserved but never wrote stays untouched, so an
 /// idle connection costs the bytes it holds, not its buffers' capacity.
-#[cfg(unix)]
+#[cfg(all(unix, feature = "jemalloc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
