@@ -13,7 +13,7 @@ use super::alerts::{self, NewAlert};
 use super::db::{args, Conn, Tx};
 use super::events;
 use super::lineage::{self, UnreadyInput};
-use super::records::{BatchRecord, BatchRow, DatasetRow, EventRow, LogRow, Residue, DATASET_COLUMNS};
+use super::records::{record_sql, BatchRecord, BatchRow, DatasetRow, EventRow, RecordRow, Residue, DATASET_COLUMNS};
 use super::{Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
@@ -29,29 +29,20 @@ pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, st
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
      fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, written_at, allow_unready_inputs, repair_id";
 
-pub(super) const LOG_COLUMNS: &str =
-    "batch_id, target_partition, status, rows_written, row_count, distinct_keys, null_keys, metrics, version, finish_time";
-
 pub(super) async fn load_batch(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<BatchRow>> {
     let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE batch_id = $1");
     Ok(c.opt(&sql, args![batch_id]).await?)
 }
 
-pub(super) async fn load_logs(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<LogRow>> {
-    let sql = format!("SELECT {LOG_COLUMNS} FROM task_produce_log WHERE batch_id = $1 ORDER BY target_partition");
-    Ok(c.all(&sql, args![batch_id]).await?)
-}
-
 pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<BatchRecord>> {
-    let Some(b) = load_batch(c, batch_id).await? else {
+    let sql = record_sql(c.dialect(), "WHERE batch_id = $1", "");
+    let Some(row) = c.opt::<RecordRow>(&sql, args![batch_id]).await? else {
         return Ok(None);
     };
-    let logs = load_logs(c, batch_id).await?;
     let rows: Vec<EventRow> =
         c.all("SELECT kind, at, detail FROM batch_events WHERE batch_id = $1 ORDER BY id", args![batch_id]).await?;
     let events = rows.into_iter().map(EventRow::into_event).collect::<Result<Vec<_>>>()?;
-    let inputs = lineage::inputs_of(c, batch_id).await?;
-    Ok(Some(BatchRecord::assemble(b, logs, inputs, Some(events))))
+    Ok(Some(BatchRecord::assemble(row, Some(events))))
 }
 
 pub(super) async fn event(

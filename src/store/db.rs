@@ -195,7 +195,56 @@ pub enum Conn<'c> {
     Postgres(&'c mut PgConnection),
 }
 
+/// The SQL that is not the same on both backends, kept here: a JSON array
+/// built inside a query. Everything else is written once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// A key of an object [`Dialect::json_rows`] builds, and the column it shows.
+#[derive(Debug, Clone, Copy)]
+pub enum Field<'a> {
+    /// A plain column: text, number or NULL.
+    Col(&'a str, &'a str),
+    /// A column holding a JSON document, embedded as that document.
+    Doc(&'a str, &'a str),
+}
+
+impl Dialect {
+    /// A scalar subquery: a JSON array with one object of `fields` per row of
+    /// `from` (tables and `WHERE`), in `order`; `[]` when there is none.
+    pub fn json_rows(self, fields: &[Field], from: &str, order: &str) -> String {
+        let pairs = fields
+            .iter()
+            .map(|f| match (self, f) {
+                (_, Field::Col(key, col)) | (Dialect::Postgres, Field::Doc(key, col)) => format!("'{key}', {col}"),
+                (Dialect::Sqlite, Field::Doc(key, col)) => format!("'{key}', json({col})"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        match self {
+            // group_concat rather than json_group_array: text needs no JSON
+            // subtype to come through the aggregate's ORDER BY.
+            Dialect::Sqlite => format!(
+                "(SELECT COALESCE('[' || group_concat(json_object({pairs}), ',' ORDER BY {order}) || ']', '[]') FROM {from})"
+            ),
+            Dialect::Postgres => {
+                format!("(SELECT COALESCE(json_agg(json_build_object({pairs}) ORDER BY {order}), '[]') FROM {from})")
+            }
+        }
+    }
+}
+
 impl Conn<'_> {
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Conn::Sqlite(_) => Dialect::Sqlite,
+            Conn::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
     pub async fn all<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<Vec<R>> {
         match self {
             Conn::Sqlite(c) => sqlx::query_as_with(sql, sqlite_args(args)).fetch_all(&mut **c).await,

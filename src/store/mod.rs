@@ -40,7 +40,7 @@ pub use feed::ChangeRecord;
 pub use lineage::{Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput, DOWNSTREAM_SQL};
 pub use openlineage::{LineageEvent, Recorded};
 pub use outbox::{DeliveryQuery, DeliveryRecord, OutboxItem, Receivers};
-pub use records::{fitness_of, BatchRecord, DatasetRecord, Event, PartitionRecord, Residue};
+pub use records::{fitness_of, record_sql, BatchRecord, DatasetRecord, Event, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
 pub use retention::{Pruned, PRUNE_BATCH};
 pub use staleness::CONSUMERS_SQL;

@@ -3,10 +3,9 @@
 
 use chrono::NaiveDate;
 
-use super::batches::{load_record, BATCH_COLUMNS, LOG_COLUMNS};
+use super::batches::load_record;
 use super::db::{args, Arg};
-use super::lineage::InputRecord;
-use super::records::{BatchRow, LogRow, PARTITION_COLUMNS};
+use super::records::{record_sql, RecordRow, PARTITION_COLUMNS};
 use super::*;
 use crate::changes::TaskLatest;
 use crate::error::Result;
@@ -68,49 +67,15 @@ impl SqlStore {
         if let Some(v) = q.after_id {
             f.push("id < $?", v);
         }
-        let sql = format!("SELECT {BATCH_COLUMNS} FROM batches {} ORDER BY id DESC LIMIT {}", f.sql(), q.limit + 1);
         let mut r = self.read().await?;
         let mut c = r.conn();
-        let mut rows: Vec<BatchRow> = c.all(&sql, f.args).await?;
+        let page = format!("{} ORDER BY id DESC LIMIT {}", f.sql(), q.limit + 1);
+        let sql = record_sql(c.dialect(), &page, "ORDER BY id DESC");
+        let mut rows: Vec<RecordRow> = c.all(&sql, f.args).await?;
         let more = rows.len() as i64 > q.limit;
         rows.truncate(q.limit as usize);
-        let next = rows.last().filter(|_| more).map(|b| Position::Id(b.id));
-        let ids: Vec<Arg> = rows.iter().map(|b| Arg::from(&b.batch_id)).collect();
-        let (logs, inputs): (Vec<LogRow>, Vec<(String, String, String, i64, Option<String>)>) = if ids.is_empty() {
-            (Vec::new(), Vec::new())
-        } else {
-            let list = placeholders(1, ids.len());
-            let logs = c
-                .all(&format!("SELECT {LOG_COLUMNS} FROM task_produce_log WHERE batch_id IN ({list}) ORDER BY batch_id, target_partition"), ids.clone())
-                .await?;
-            let inputs = c
-                .all(
-                    &format!(
-                        "SELECT batch_id, input_dataset, input_partition, input_version, input_batch_id FROM batch_inputs \
-                         WHERE batch_id IN ({list}) ORDER BY batch_id, input_dataset, input_partition"
-                    ),
-                    ids,
-                )
-                .await?;
-            (logs, inputs)
-        };
-        let items = rows
-            .into_iter()
-            .map(|b| {
-                let mine = logs.iter().filter(|l| l.batch_id == b.batch_id).cloned().collect();
-                let read = inputs
-                    .iter()
-                    .filter(|i| i.0 == b.batch_id)
-                    .map(|(_, dataset, partition, version, batch_id)| InputRecord {
-                        dataset: dataset.clone(),
-                        partition: partition.clone(),
-                        version: *version,
-                        batch_id: batch_id.clone(),
-                    })
-                    .collect();
-                BatchRecord::assemble(b, mine, read, None)
-            })
-            .collect();
+        let next = rows.last().filter(|_| more).map(|r| Position::Id(r.batch.id));
+        let items = rows.into_iter().map(|r| BatchRecord::assemble(r, None)).collect();
         Ok(Page { items, next })
     }
 

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use sqlx::types::Json;
 
-use super::db::{args, Conn};
+use super::batches::BATCH_COLUMNS;
+use super::db::{args, Conn, Dialect};
 use super::events;
 use super::lineage::InputRecord;
 use crate::domain::batch::{BatchState, EventKind, FailCategory, FailStage, Trigger};
@@ -54,19 +55,113 @@ impl BatchRow {
     }
 }
 
-/// A `task_produce_log` row.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub(super) struct LogRow {
-    pub batch_id: String,
-    pub target_partition: String,
-    pub status: BatchState,
-    pub rows_written: Option<i64>,
-    pub row_count: Option<i64>,
-    pub distinct_keys: Option<i64>,
-    pub null_keys: Option<i64>,
-    pub metrics: Option<Json<Value>>,
-    pub version: Option<i64>,
-    pub finish_time: Option<DateTime<Utc>>,
+/// A batch row with its partitions and inputs, each a JSON array built by the
+/// query ([`record_sql`]): one row per batch record, so a page of a hundred
+/// records is a hundred rows, not three hundred (on SQLite every row crosses
+/// from sqlx's worker thread on its own, and costs more than its bytes).
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct RecordRow {
+    #[sqlx(flatten)]
+    pub batch: BatchRow,
+    pub partitions: Json<Vec<StoredPartition>>,
+    pub inputs: Json<Vec<InputRecord>>,
+}
+
+/// `SELECT` of [`RecordRow`]s: the batches `FROM batches {pick}` (`WHERE`, and
+/// for a page `ORDER BY … LIMIT …`), shown in `order`. Partitions in name
+/// order, inputs by dataset and partition, each found by its primary key (the
+/// query-plan tests read its plan). The batches are picked before their
+/// partitions and inputs are read: SQLite evaluates the select list before it
+/// sorts, so a filter whose index does not give the page's order (`task`)
+/// would otherwise read them for every batch it matches, not for the page.
+pub fn record_sql(d: Dialect, pick: &str, order: &str) -> String {
+    use super::db::Field::{Col, Doc};
+    let partitions = d.json_rows(
+        &[
+            Col("partition", "l.target_partition"),
+            Col("status", "l.status"),
+            Col("rows_written", "l.rows_written"),
+            Col("row_count", "l.row_count"),
+            Col("distinct_keys", "l.distinct_keys"),
+            Col("null_keys", "l.null_keys"),
+            Doc("metrics", "l.metrics"),
+            Col("version", "l.version"),
+            Col("finish_time", "l.finish_time"),
+        ],
+        "task_produce_log l WHERE l.batch_id = b.batch_id",
+        "l.target_partition",
+    );
+    let inputs = d.json_rows(
+        &[
+            Col("dataset", "i.input_dataset"),
+            Col("partition", "i.input_partition"),
+            Col("version", "i.input_version"),
+            Col("batch_id", "i.input_batch_id"),
+        ],
+        "batch_inputs i WHERE i.batch_id = b.batch_id",
+        "i.input_dataset, i.input_partition",
+    );
+    format!(
+        "SELECT {BATCH_COLUMNS}, {partitions} AS partitions, {inputs} AS inputs \
+         FROM (SELECT {BATCH_COLUMNS} FROM batches {pick}) AS b {order}"
+    )
+}
+
+/// A partition of a batch as [`record_sql`] shows it: a `task_produce_log`
+/// row, its values as the columns hold them.
+#[derive(Debug, Deserialize)]
+pub(super) struct StoredPartition {
+    partition: String,
+    status: BatchState,
+    rows_written: Option<i64>,
+    row_count: Option<i64>,
+    distinct_keys: Option<i64>,
+    null_keys: Option<i64>,
+    metrics: Option<Value>,
+    version: Option<i64>,
+    #[serde(deserialize_with = "stored_time")]
+    finish_time: Option<DateTime<Utc>>,
+}
+
+/// A time inside a document the query built. PostgreSQL writes a
+/// `timestamptz` in RFC 3339; SQLite shows the stored text, read here the way
+/// sqlx reads a SQLite column (`decode_datetime_from_text` in sqlx-sqlite:
+/// RFC 3339, else these formats, a time without offset being UTC), so a
+/// record reads the same whether its partitions come as rows or as JSON.
+fn stored_time<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<DateTime<Utc>>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    parse_stored_time(&text)
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown stored value: {text:?} is not a time")))
+}
+
+fn parse_stored_time(text: &str) -> Option<DateTime<Utc>> {
+    use chrono::{FixedOffset, NaiveDateTime};
+    const FORMATS: &[&str] = &[
+        "%F %T%.f",
+        "%F %R",
+        "%F %RZ",
+        "%F %R%:z",
+        "%F %T%.fZ",
+        "%F %T%.f%:z",
+        "%FT%R",
+        "%FT%RZ",
+        "%FT%R%:z",
+        "%FT%T%.f",
+        "%FT%T%.fZ",
+        "%FT%T%.f%:z",
+    ];
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    FORMATS.iter().find_map(|f| {
+        DateTime::<FixedOffset>::parse_from_str(text, f)
+            .map(|t| t.with_timezone(&Utc))
+            .or_else(|_| NaiveDateTime::parse_from_str(text, f).map(|t| t.and_utc()))
+            .ok()
+    })
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -306,15 +401,11 @@ pub struct BatchRecord {
 }
 
 impl BatchRecord {
-    pub(super) fn assemble(
-        b: BatchRow,
-        logs: Vec<LogRow>,
-        inputs: Vec<InputRecord>,
-        events: Option<Vec<Event>>,
-    ) -> Self {
+    /// The record of a row of [`record_sql`]; `events` when read one at a time.
+    pub(super) fn assemble(row: RecordRow, events: Option<Vec<Event>>) -> Self {
+        let RecordRow { batch: b, partitions: Json(partitions), inputs: Json(inputs) } = row;
         let state = b.state();
-        let failure =
-            b.fail_stage.map(|stage| Failure { stage, category: b.fail_category, message: b.fail_message.clone() });
+        let failure = b.fail_stage.map(|stage| Failure { stage, category: b.fail_category, message: b.fail_message });
         Self {
             batch_id: b.batch_id,
             task: b.task,
@@ -330,16 +421,16 @@ impl BatchRecord {
             lease_expires_at: b.lease_expires_at,
             started_at: b.started_at,
             decided_at: b.decided_at,
-            partitions: logs
+            partitions: partitions
                 .into_iter()
                 .map(|l| BatchPartition {
-                    partition: l.target_partition,
+                    partition: l.partition,
                     status: l.status,
                     rows_written: l.rows_written,
                     row_count: l.row_count,
                     distinct_keys: l.distinct_keys,
                     null_keys: l.null_keys,
-                    metrics: l.metrics.map(|j| j.0),
+                    metrics: l.metrics,
                     version: l.version,
                     finish_time: l.finish_time,
                 })
@@ -636,6 +727,46 @@ impl From<DatasetRow> for DatasetRecord {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A time inside a document the query built reads as sqlx reads the same
+    /// stored text from a SQLite column, in each form sqlx knows, and is an
+    /// error where sqlx's is.
+    #[tokio::test]
+    async fn a_time_in_a_document_reads_as_sqlx_reads_its_column() {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect("sqlite::memory:").await.expect("sqlite");
+        let stored = [
+            "2026-08-24T01:02:03+00:00",
+            "2026-08-24T01:02:03.123456789+00:00",
+            "2026-08-24T01:02:03Z",
+            "2026-08-24T03:02:03.5+02:00",
+            "2026-08-24 01:02:03",
+            "2026-08-24 01:02:03.25",
+            "2026-08-24 01:02",
+            "2026-08-24 01:02Z",
+            "2026-08-24 01:02+01:00",
+            "2026-08-24 01:02:03.5Z",
+            "2026-08-24 01:02:03.5-05:30",
+            "2026-08-24T01:02",
+            "2026-08-24T01:02Z",
+            "2026-08-24T01:02:03",
+            "2026-08-24T01:02:03.5Z",
+            "2026-08-24",
+            "yesterday",
+        ];
+        for text in stored {
+            let read: Option<DateTime<Utc>> = sqlx::query_scalar("SELECT $1").bind(text).fetch_one(&mut c).await.ok();
+            assert_eq!(parse_stored_time(text), read, "{text}");
+            let doc = serde_json::from_value::<StoredPartition>(json!({"partition": "p", "status": "published",
+                "rows_written": null, "row_count": null, "distinct_keys": null, "null_keys": null,
+                "metrics": null, "version": null, "finish_time": text}));
+            assert_eq!(doc.ok().and_then(|d| d.finish_time), read, "{text}");
+        }
+        assert_eq!(
+            parse_stored_time("2026-08-24 01:02:03").map(|t| t.to_rfc3339()).as_deref(),
+            Some("2026-08-24T01:02:03+00:00")
+        );
+    }
 
     /// Each kind's stored detail (as written now, and as the first version
     /// wrote `started` and `heartbeat`) reads as that kind's event, which
