@@ -214,24 +214,46 @@ pub enum Field<'a> {
 
 impl Dialect {
     /// A scalar subquery: a JSON array with one object of `fields` per row of
-    /// `from` (tables and `WHERE`), in `order`; `[]` when there is none.
-    pub fn json_rows(self, fields: &[Field], from: &str, order: &str) -> String {
-        let pairs = fields
-            .iter()
-            .map(|f| match (self, f) {
-                (_, Field::Col(key, col)) | (Dialect::Postgres, Field::Doc(key, col)) => format!("'{key}', {col}"),
-                (Dialect::Sqlite, Field::Doc(key, col)) => format!("'{key}', json({col})"),
+    /// `from` (tables and `WHERE`), ordered by the values of the keys `order`;
+    /// `[]` when there is none.
+    pub fn json_rows(self, fields: &[Field], from: &str, order: &[&str]) -> String {
+        let column = |key: &str| {
+            fields.iter().find_map(|f| match f {
+                Field::Col(k, col) | Field::Doc(k, col) => (*k == key).then_some(*col),
             })
-            .collect::<Vec<_>>()
-            .join(", ");
+        };
         match self {
             // group_concat rather than json_group_array: text needs no JSON
             // subtype to come through the aggregate's ORDER BY.
-            Dialect::Sqlite => format!(
-                "(SELECT COALESCE('[' || group_concat(json_object({pairs}), ',' ORDER BY {order}) || ']', '[]') FROM {from})"
-            ),
+            Dialect::Sqlite => {
+                let pairs = fields
+                    .iter()
+                    .map(|f| match f {
+                        Field::Col(key, col) => format!("'{key}', {col}"),
+                        Field::Doc(key, col) => format!("'{key}', json({col})"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let order = order.iter().map(|k| column(k).expect("an order key is a field")).collect::<Vec<_>>();
+                format!(
+                    "(SELECT COALESCE('[' || group_concat(json_object({pairs}), ',' ORDER BY {}) || ']', '[]') FROM {from})",
+                    order.join(", ")
+                )
+            }
+            // json_agg of a row rather than of json_build_object(...): it
+            // costs PostgreSQL about a third less per object.
             Dialect::Postgres => {
-                format!("(SELECT COALESCE(json_agg(json_build_object({pairs}) ORDER BY {order}), '[]') FROM {from})")
+                let columns = fields
+                    .iter()
+                    .map(|f| match f {
+                        Field::Col(key, col) | Field::Doc(key, col) => format!("{col} AS \"{key}\""),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let order = order.iter().map(|k| format!("x.\"{k}\"")).collect::<Vec<_>>().join(", ");
+                format!(
+                    "(SELECT COALESCE(json_agg(x ORDER BY {order}), '[]') FROM (SELECT {columns} FROM {from}) AS x)"
+                )
             }
         }
     }

@@ -89,7 +89,7 @@ pub fn record_sql(d: Dialect, pick: &str, order: &str) -> String {
             Col("finish_time", "l.finish_time"),
         ],
         "task_produce_log l WHERE l.batch_id = b.batch_id",
-        "l.target_partition",
+        &["partition"],
     );
     let inputs = d.json_rows(
         &[
@@ -99,7 +99,7 @@ pub fn record_sql(d: Dialect, pick: &str, order: &str) -> String {
             Col("batch_id", "i.input_batch_id"),
         ],
         "batch_inputs i WHERE i.batch_id = b.batch_id",
-        "i.input_dataset, i.input_partition",
+        &["dataset", "partition"],
     );
     format!(
         "SELECT {BATCH_COLUMNS}, {partitions} AS partitions, {inputs} AS inputs \
