@@ -11,6 +11,11 @@
 //! - a writer that commits releases its savepoint and, while others queue
 //!   (and the group is young and small), hands the lane to the next one and
 //!   waits for the group's `COMMIT`; the last one commits and tells everyone;
+//! - every statement is a round trip to sqlx's worker thread, which is what
+//!   bounds the lane's throughput (not the fsync): a writer handing over
+//!   releases its savepoint and opens the next writer's in one round trip,
+//!   a writer's rollback keeps its (now empty) savepoint for the next one,
+//!   and the last writer's `COMMIT` ends its savepoint with the group;
 //! - each member's changes are published to the hub, and its answer given,
 //!   only after the `COMMIT` succeeded; a failed `COMMIT` fails every member
 //!   and leaves nothing of the group.
@@ -84,6 +89,9 @@ struct Inner {
     conn: SqliteConnection,
     /// The open transaction, when a group is under way.
     group: Option<Group>,
+    /// The savepoint `w` is open and empty, ready for the next writer (only
+    /// while a group is open).
+    spare: bool,
 }
 
 struct Group {
@@ -103,7 +111,7 @@ impl Lane {
     pub(super) async fn open(pool: &SqlitePool, hub: Arc<ChangeHub>, opts: &DbOptions) -> sqlx::Result<Self> {
         let conn = pool.acquire().await?.detach();
         Ok(Self {
-            inner: Arc::new(Mutex::new(Inner { conn, group: None })),
+            inner: Arc::new(Mutex::new(Inner { conn, group: None, spare: false })),
             queued: Arc::default(),
             hub,
             max_age: MAX_AGE,
@@ -137,13 +145,17 @@ impl Lane {
         if guard.group.is_none() {
             // IMMEDIATE takes SQLite's writer lock up front: another process
             // holding it makes this wait (busy timeout), never fail later.
-            if let Err(e) = run(&mut guard.conn, "BEGIN IMMEDIATE").await {
+            if let Err(e) = run(&mut guard.conn, "BEGIN IMMEDIATE; SAVEPOINT w").await {
                 // Whatever the connection was left in, the next writer
                 // starts from no transaction.
                 drop(run(&mut guard.conn, "ROLLBACK").await);
                 return Err(e);
             }
             guard.group = Some(Group { started: Instant::now(), members: Vec::new() });
+            return Ok(());
+        }
+        if std::mem::take(&mut guard.spare) {
+            return Ok(());
         }
         // On failure the group goes on without this writer.
         run(&mut guard.conn, "SAVEPOINT w").await
@@ -177,18 +189,29 @@ impl Lane {
     /// A writer is done with the lane (its work released into the group, or
     /// rolled back): hand the lane to the next writer while the group may
     /// grow, or else commit the group and answer its members.
-    async fn settle(&self, mut guard: OwnedMutexGuard<Inner>) {
+    async fn settle(&self, guard: OwnedMutexGuard<Inner>) {
         let Some(group) = &guard.group else {
             return;
         };
-        let grow = self.queued.load(Ordering::SeqCst) > 0
-            && group.members.len() < MAX_MEMBERS
-            && group.started.elapsed() < self.max_age;
-        if grow {
+        if self.grows(group) {
             // Dropping the guard hands the lane to the first writer queued.
             return;
         }
+        self.commit_group(guard).await;
+    }
+
+    /// Whether the group takes the next writer rather than committing now.
+    fn grows(&self, group: &Group) -> bool {
+        self.queued.load(Ordering::SeqCst) > 0
+            && group.members.len() < MAX_MEMBERS
+            && group.started.elapsed() < self.max_age
+    }
+
+    /// Commits the open group (an open savepoint ends with it) and answers
+    /// its members.
+    async fn commit_group(&self, mut guard: OwnedMutexGuard<Inner>) {
         let group = guard.group.take().expect("a group is open");
+        guard.spare = false;
         let result = run(&mut guard.conn, "COMMIT").await;
         match &result {
             Ok(()) => {
@@ -206,16 +229,28 @@ impl Lane {
         answer(group, result);
     }
 
-    /// Ends a write that committed: its work joins the group.
+    /// Ends a write that committed: its work joins the group. The group's
+    /// last writer commits it (its savepoint with it); any other releases
+    /// its savepoint and opens the next writer's, then hands the lane over.
     async fn release(&self, mut guard: OwnedMutexGuard<Inner>, member: Member) {
-        match run(&mut guard.conn, "RELEASE w").await {
-            Ok(_) => guard.group.as_mut().expect("a group is open").members.push(member),
+        let group = guard.group.as_mut().expect("a group is open");
+        group.members.push(member);
+        if !self.grows(group) {
+            return self.commit_group(guard).await;
+        }
+        match run(&mut guard.conn, "RELEASE w; SAVEPOINT w").await {
+            // Dropping the guard hands the lane to the first writer queued.
+            Ok(()) => guard.spare = true,
             Err(e) => {
+                let member = guard.group.as_mut().and_then(|g| g.members.pop()).expect("this writer joined");
+                // Had the release gone through and only the new savepoint
+                // failed, there is no `w` to roll back to: the whole group
+                // is rolled back and fails, this writer with it.
                 self.undo(&mut guard).await;
                 drop(member.reply.send(Err(e)));
+                self.settle(guard).await;
             }
         }
-        self.settle(guard).await;
     }
 
     /// Ends a write that did not commit: its work is undone, the group's
@@ -225,12 +260,15 @@ impl Lane {
         self.settle(guard).await;
     }
 
-    /// Rolls the open savepoint back. If that fails the transaction is in a
-    /// state nobody can vouch for: the whole group is rolled back and fails.
+    /// Rolls the open savepoint back; it stays open, empty, for the next
+    /// writer. If that fails the transaction is in a state nobody can vouch
+    /// for: the whole group is rolled back and fails.
     async fn undo(&self, guard: &mut OwnedMutexGuard<Inner>) {
-        if run(&mut guard.conn, "ROLLBACK TO w").await.is_ok() && run(&mut guard.conn, "RELEASE w").await.is_ok() {
+        if run(&mut guard.conn, "ROLLBACK TO w").await.is_ok() {
+            guard.spare = true;
             return;
         }
+        guard.spare = false;
         let rolled_back = run(&mut guard.conn, "ROLLBACK").await;
         if let Some(group) = guard.group.take() {
             tracing::error!(
@@ -460,6 +498,38 @@ mod tests {
         insert(&mut c, "INSERT INTO t VALUES (2)").await;
         c.commit(Vec::new()).await.expect("commit");
         assert_eq!(rows(&pool).await, [1, 2]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writers_after_a_rollback_in_one_group_each_roll_back_alone() {
+        let (_dir, pool, lane) = lane().await;
+        let mut a = lane.begin().await.expect("begin");
+        insert(&mut a, "INSERT INTO t VALUES (1)").await;
+        let other = lane.clone();
+        let later = tokio::spawn(async move {
+            // Each writer here takes over the savepoint the one before left.
+            let mut b = other.begin().await.expect("begin");
+            insert(&mut b, "INSERT INTO t VALUES (2)").await;
+            drop(b);
+            let mut c = other.begin().await.expect("begin");
+            insert(&mut c, "INSERT INTO t VALUES (3)").await;
+            let e = run(c.conn(), "INSERT INTO nowhere VALUES (1)").await;
+            assert!(e.is_err(), "a statement that fails");
+            drop(c);
+            let mut d = other.begin().await.expect("begin");
+            insert(&mut d, "INSERT INTO t VALUES (4)").await;
+            d.commit(Vec::new()).await.expect("commit d");
+            let mut e = other.begin().await.expect("begin");
+            insert(&mut e, "INSERT INTO t VALUES (5)").await;
+            drop(e);
+        });
+        queued(&lane, 1).await;
+        a.commit(Vec::new()).await.expect("commit a");
+        later.await.expect("task");
+        let mut f = lane.begin().await.expect("the lane is free");
+        insert(&mut f, "INSERT INTO t VALUES (6)").await;
+        f.commit(Vec::new()).await.expect("commit f");
+        assert_eq!(rows(&pool).await, [1, 4, 6]);
     }
 
     #[tokio::test]
