@@ -218,6 +218,8 @@ pub struct SqlStore {
     acks: Option<Arc<postgres::Acks>>,
     /// Where decisions are counted (and logged).
     metrics: Arc<Metrics>,
+    /// Audit rows waiting to be written together (`tokens.rs`).
+    audit: tokens::AuditQueue,
 }
 
 /// Pool size and connection settings.
@@ -276,6 +278,7 @@ impl SqlStore {
                     receivers: opts.receivers(),
                     acks: None,
                     metrics: opts.metrics.clone(),
+                    audit: Default::default(),
                 }
             }
             Some("postgres" | "postgresql") => {
@@ -290,6 +293,7 @@ impl SqlStore {
                     receivers: opts.receivers(),
                     acks: Some(acks),
                     metrics: opts.metrics.clone(),
+                    audit: Default::default(),
                 }
             }
             _ => anyhow::bail!("database URL must start with sqlite: or postgres:, got {url:?}"),

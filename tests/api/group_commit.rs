@@ -20,6 +20,7 @@ on_both_backends!(
     a_failing_writer_takes_only_its_own_work,
     a_fault_at_commit_fails_every_writer_and_leaves_nothing,
     a_cancelled_write_leaves_the_registry_writable,
+    concurrent_writes_are_each_audited_before_they_are_answered,
 );
 
 const PARTITION: &str = "dt=2026-08-24";
@@ -231,4 +232,40 @@ async fn a_cancelled_write_leaves_the_registry_writable(app: TestApp) {
     for (start, commit, body) in &results {
         assert_eq!((*start, *commit), (StatusCode::CREATED, StatusCode::OK), "{body}");
     }
+}
+
+/// Audit rows of concurrent requests are written together: each request is
+/// still answered only once its own row is stored, with its own status.
+async fn concurrent_writes_are_each_audited_before_they_are_answered(app: TestApp) {
+    let n = 32;
+    let app = &app;
+    let write = |i: usize| async move {
+        let dataset = format!("d.a{i}");
+        let (first, _) = app.start("t", &dataset, "2026-08-24", &[PARTITION]).await;
+        let (first_audit, page) = app.get(&format!("/v1/audit?dataset={dataset}")).await;
+        let first_rows: Vec<(Value, Value)> = page["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|r| (r["action"].clone(), r["status"].clone()))
+            .collect();
+        // The same partition again while the first runs: refused, audited too.
+        let (second, _) = app.start("t", &dataset, "2026-08-24", &[PARTITION]).await;
+        let (_, page) = app.get(&format!("/v1/audit?dataset={dataset}")).await;
+        let statuses: Vec<Value> =
+            page["items"].as_array().expect("items").iter().map(|r| r["status"].clone()).collect();
+        (first, first_audit, first_rows, second, statuses)
+    };
+    for (first, first_audit, first_rows, second, statuses) in join_all((0..n).map(write)).await {
+        assert_eq!((first, first_audit, second), (StatusCode::CREATED, StatusCode::OK, StatusCode::CONFLICT));
+        assert_eq!(first_rows, [(json!("batch.start"), json!(201))], "the start's row, stored when it was answered");
+        assert_eq!(statuses, [json!(409), json!(201)], "newest first, each with its own status");
+    }
+    let (_, page) = app.get("/v1/audit?action=batch.start&limit=500").await;
+    let mut request_ids: Vec<&str> =
+        page["items"].as_array().expect("items").iter().map(|r| r["request_id"].as_str().expect("id")).collect();
+    assert_eq!(request_ids.len(), 2 * n, "{page}");
+    request_ids.sort_unstable();
+    request_ids.dedup();
+    assert_eq!(request_ids.len(), 2 * n, "one row per request");
 }
