@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
-use super::batches::{event, load_policy, load_record, not_found, partitions_of, refresh_partitions, settle_logs};
+use super::batches::{event, load_policy, load_record, not_found, refresh_partitions, settle_logs};
 use super::db::{args, Conn};
 use super::events;
 use super::records::{self, BatchRow};
@@ -160,10 +160,13 @@ impl SqlStore {
         Decision::recorded(record, true)
     }
 
-    /// The decision just taken, made from the batch's record the way a
-    /// replay makes it again.
-    async fn record_decision(c: &mut Conn<'_>, batch_id: &str) -> Result<Decision> {
-        let record = load_record(c, batch_id).await?.ok_or_else(|| not_found(batch_id))?;
+    /// The decision just taken and committed, made from the batch's record
+    /// exactly as a replay makes it again ([`as_decided`] undoes whatever
+    /// came after it). Read after the `COMMIT`, on a reader: the statements
+    /// of a whole record are not spent holding the write lock.
+    async fn record_decision(&self, batch_id: &str) -> Result<Decision> {
+        let mut r = self.read().await?;
+        let record = load_record(&mut r.conn(), batch_id).await?.ok_or_else(|| not_found(batch_id))?;
         Decision::recorded(as_decided(record)?, false)
     }
 
@@ -175,27 +178,33 @@ impl SqlStore {
         }
         let mut c = tx.conn();
         let policy = load_policy(&mut c, &b.dataset).await?.policy();
-        let declared: Vec<PartitionSpec> = partitions_of(&mut c, batch_id)
-            .await?
-            .iter()
-            .map(|p| PartitionSpec::parse(p).map_err(|e| anyhow::anyhow!("stored partition {p:?}: {e}")))
-            .collect::<Result<_, _>>()?;
+        // The declared partitions with their standing, in one statement.
+        let standing: Vec<(String, Option<i64>, Option<i64>, Option<String>)> = c
+            .all(
+                "SELECT l.target_partition, p.published_row_count, p.version, p.baseline_key FROM task_produce_log l \
+                 LEFT JOIN partitions p ON p.dataset = $2 AND p.partition_spec = l.target_partition \
+                 WHERE l.batch_id = $1 ORDER BY l.target_partition",
+                args![batch_id, &b.dataset],
+            )
+            .await?;
+        let mut declared = Vec::with_capacity(standing.len());
         let mut history = BTreeMap::new();
-        for p in &declared {
-            let (published_row_count, version, baseline_key): (Option<i64>, i64, String) = c
-                .one(
-                    "SELECT published_row_count, version, baseline_key FROM partitions WHERE dataset = $1 AND partition_spec = $2",
-                    args![&b.dataset, p.as_str()],
-                )
-                .await?;
+        for (p, published_row_count, version, baseline_key) in standing {
+            let spec = PartitionSpec::parse(&p).map_err(|e| anyhow::anyhow!("stored partition {p:?}: {e}"))?;
+            let (Some(version), Some(baseline_key)) = (version, baseline_key) else {
+                return Err(
+                    anyhow::anyhow!("batch {batch_id} declares partition {p:?}, which has no partitions row").into()
+                );
+            };
             let baseline = records::baseline(&mut c, &b.dataset, &baseline_key, b.dt, policy.baseline_periods).await?;
             history.insert(
-                p.clone(),
+                spec.clone(),
                 PartitionHistory {
                     published_row_count: if version > 0 { published_row_count } else { None },
                     baseline,
                 },
             );
+            declared.push(spec);
         }
         let verdict = checks::evaluate(&policy, &declared, &history, &evidence);
 
@@ -225,17 +234,13 @@ impl SqlStore {
             // evidence names each declared partition once.
             let mut published = Vec::new();
             for p in &evidence.partitions {
-                let (prev,): (Option<String>,) = c
-                    .one(
-                        "SELECT published_batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2",
-                        args![&b.dataset, p.partition.as_str()],
-                    )
-                    .await?;
-                let (version,): (i64,) = c
+                // The earlier publisher comes back as the new
+                // `prev_published_batch_id` (SET reads the row as it was).
+                let (version, prev): (i64, Option<String>) = c
                     .one(
                         "UPDATE partitions SET version = version + 1, published_batch_id = $3, published_row_count = $4, published_at = $5, \
                            prev_published_batch_id = published_batch_id, prev_published_row_count = published_row_count \
-                         WHERE dataset = $1 AND partition_spec = $2 RETURNING version",
+                         WHERE dataset = $1 AND partition_spec = $2 RETURNING version, prev_published_batch_id",
                         args![&b.dataset, p.partition.as_str(), batch_id, p.row_count, now],
                     )
                     .await?;
@@ -293,7 +298,6 @@ impl SqlStore {
             changed
         };
 
-        let decision = Self::record_decision(&mut c, batch_id).await?;
         let logged = Logged {
             batch_id: batch_id.to_owned(),
             dataset: b.dataset.clone(),
@@ -306,7 +310,7 @@ impl SqlStore {
         all.extend(ripple.changes);
         self.finish(tx, all).await?;
         self.metrics.decided(&logged);
-        Ok(decision)
+        self.record_decision(batch_id).await
     }
 
     async fn do_fail(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
@@ -354,7 +358,6 @@ impl SqlStore {
             ..NewAlert::about_batch(AlertKind::Failed, &b, &policy, changed.clone(), advice, message)
         };
         alerts::raise(&mut c, alert, &self.webhooks(&policy), now).await?;
-        let decision = Self::record_decision(&mut c, batch_id).await?;
         let logged = Logged {
             batch_id: batch_id.to_owned(),
             dataset: b.dataset.clone(),
@@ -365,7 +368,7 @@ impl SqlStore {
         };
         self.finish(tx, vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }]).await?;
         self.metrics.decided(&logged);
-        Ok(decision)
+        self.record_decision(batch_id).await
     }
 }
 
