@@ -250,8 +250,7 @@ impl SqlStore {
             }
         }
 
-        super::datasets::ensure_dataset(&mut c, dataset, now).await?;
-        let policy = load_policy(&mut c, dataset).await?.policy();
+        let policy = super::datasets::ensure_dataset(&mut c, dataset, now).await?.policy();
         guard_scope(&policy, &req)?;
         guard_partition_key(&policy, &req)?;
         if let Some(repair) = req.repair_id {

@@ -39,12 +39,17 @@ fn dataset_args(name: &str, p: &DatasetPolicy, now: DateTime<Utc>) -> Vec<Arg> {
     ]
 }
 
-/// Makes a dataset nobody described (a batch names it first) with the
-/// default policy, written out in full; one that exists is left as it is.
-pub(super) async fn ensure_dataset(c: &mut Conn<'_>, name: &str, now: DateTime<Utc>) -> Result<()> {
-    let sql = format!("{INSERT_DATASET} ON CONFLICT (name) DO NOTHING");
-    c.exec(&sql, dataset_args(name, &DatasetPolicy::default(), now)).await?;
-    Ok(())
+/// The row of the dataset a batch names: one nobody described is made
+/// with the default policy, written out in full. A dataset that exists
+/// (every start but its first) costs one statement.
+pub(super) async fn ensure_dataset(c: &mut Conn<'_>, name: &str, now: DateTime<Utc>) -> Result<DatasetRow> {
+    let select = format!("SELECT {DATASET_COLUMNS} FROM datasets WHERE name = $1");
+    if let Some(row) = c.opt(&select, args![name]).await? {
+        return Ok(row);
+    }
+    let insert = format!("{INSERT_DATASET} ON CONFLICT (name) DO NOTHING");
+    c.exec(&insert, dataset_args(name, &DatasetPolicy::default(), now)).await?;
+    Ok(c.one(&select, args![name]).await?)
 }
 
 impl SqlStore {
