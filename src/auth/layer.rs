@@ -146,7 +146,7 @@ async fn touched(app: &AppState, rule: &Rule, req: Request) -> Result<(Request, 
         Datasets::Path => (body, param("dataset").into_iter().collect()),
         Datasets::Batch => {
             let found = match param("batch_id") {
-                Some(id) => app.store.get_batch(&id).await?.map(|b| b.dataset),
+                Some(id) => app.store.dataset_of_batch(&id).await?,
                 None => None,
             };
             (body, found.into_iter().collect())

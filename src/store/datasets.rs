@@ -80,6 +80,15 @@ impl SqlStore {
         Ok(r.conn().opt::<DatasetRow>(&sql, args![name]).await?.map(Into::into))
     }
 
+    /// The dataset a batch writes (it never changes), for authorising a
+    /// request about the batch: one statement, not the batch's record.
+    pub async fn dataset_of_batch(&self, batch_id: &str) -> Result<Option<String>> {
+        let mut r = self.read().await?;
+        let row: Option<(String,)> =
+            r.conn().opt("SELECT dataset FROM batches WHERE batch_id = $1", args![batch_id]).await?;
+        Ok(row.map(|(d,)| d))
+    }
+
     pub async fn list_datasets(&self) -> Result<Vec<DatasetRecord>> {
         let mut r = self.read().await?;
         let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets ORDER BY name");
