@@ -24,6 +24,10 @@ use crate::domain::policy::DatasetPolicy;
 use crate::error::{Error, Result};
 use crate::telemetry::{Decided as Logged, FailedCheck, Outcome};
 
+/// A declared partition and its standing: published row count, version
+/// and baseline key (`None` when it has no `partitions` row).
+type DeclaredStanding = (String, Option<i64>, Option<i64>, Option<String>);
+
 /// `details` of a 409 `lease_expired`.
 #[derive(Serialize)]
 struct LeaseExpired<'a> {
@@ -179,7 +183,7 @@ impl SqlStore {
         let mut c = tx.conn();
         let policy = load_policy(&mut c, &b.dataset).await?.policy();
         // The declared partitions with their standing, in one statement.
-        let standing: Vec<(String, Option<i64>, Option<i64>, Option<String>)> = c
+        let standing: Vec<DeclaredStanding> = c
             .all(
                 "SELECT l.target_partition, p.published_row_count, p.version, p.baseline_key FROM task_produce_log l \
                  LEFT JOIN partitions p ON p.dataset = $2 AND p.partition_spec = l.target_partition \
