@@ -7,10 +7,11 @@
 //! re-read the partitions they wait for, so waiting costs no polling.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::future::Future;
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OnceCell};
 
 use crate::store::PartitionRecord;
 
@@ -133,7 +134,20 @@ pub struct TaskLatest {
 pub struct ChangeHub {
     waiters: Mutex<Waiters>,
     cache: RwLock<CacheInner>,
+    reads: Mutex<HashMap<ReadKey, Weak<SharedRead>>>,
 }
+
+/// The partitions one read looked up, in the order asked.
+pub type Standings = Vec<Option<Arc<PartitionRecord>>>;
+
+/// A read of a dataset's partitions that later askers may share: the
+/// generation it began in, the dataset, the partitions.
+type ReadKey = (u64, String, Vec<String>);
+
+type SharedRead = OnceCell<Standings>;
+
+/// Most reads kept track of at once before the finished ones are swept.
+const READS_SWEEP_AT: usize = 1_024;
 
 /// A snapshot of the cache's generation, taken before reading the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +159,7 @@ impl ChangeHub {
     pub fn new(cache_enabled: bool) -> Arc<Self> {
         Arc::new(Self {
             waiters: Mutex::default(),
+            reads: Mutex::default(),
             cache: RwLock::new(CacheInner {
                 generation: 0,
                 enabled: cache_enabled,
@@ -274,6 +289,57 @@ impl ChangeHub {
         }
     }
 
+    /// Reads `partitions` of `dataset` with `read` and caches what it finds,
+    /// sharing the read with everyone who asks for the same partitions in
+    /// the same generation while it is under way: a change that wakes many
+    /// waiters of one partition costs one database read, not one each. A
+    /// read is shared only within the generation it began in, so nobody is
+    /// given a standing from before a change they were woken by. A failed
+    /// read is not shared: the next asker reads again.
+    pub async fn read_partitions<F, Fut, E>(
+        &self,
+        dataset: &str,
+        partitions: &[String],
+        read: F,
+    ) -> Result<Standings, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<Option<PartitionRecord>>, E>>,
+    {
+        let seen = self.generation();
+        let key: ReadKey = (seen.0, dataset.to_owned(), partitions.to_vec());
+        let shared = {
+            let mut reads = self.reads.lock().expect("reads lock");
+            match reads.get(&key).and_then(Weak::upgrade) {
+                Some(shared) => shared,
+                None => {
+                    if reads.len() >= READS_SWEEP_AT {
+                        reads.retain(|_, r| r.strong_count() > 0);
+                    }
+                    let shared = Arc::new(SharedRead::new());
+                    reads.insert(key.clone(), Arc::downgrade(&shared));
+                    shared
+                }
+            }
+        };
+        let found = shared
+            .get_or_try_init(|| async {
+                let found: Standings = read().await?.into_iter().map(|r| r.map(Arc::new)).collect();
+                for (p, rec) in partitions.iter().zip(&found) {
+                    self.fill_partition(seen, dataset, p, rec.clone());
+                }
+                Ok(found)
+            })
+            .await
+            .cloned();
+        let mut reads = self.reads.lock().expect("reads lock");
+        if reads.get(&key).is_some_and(|r| std::ptr::eq(r.as_ptr(), Arc::as_ptr(&shared))) && found.is_ok() {
+            // Done: later askers find the cache (or read afresh).
+            reads.remove(&key);
+        }
+        found
+    }
+
     pub fn cached_task(&self, task: &str, dt: &str) -> Option<Option<Arc<TaskLatest>>> {
         let c = self.cache.read().expect("cache lock");
         if !c.enabled {
@@ -373,5 +439,44 @@ mod tests {
         let g = hub.generation();
         hub.fill_partition(g, "d", "a=1", None);
         assert_eq!(hub.cached_partition("d", "a=1"), Some(None));
+    }
+
+    /// One read for ten askers of the same partition; after a change, an
+    /// asker never shares a read that began before it.
+    #[tokio::test]
+    async fn askers_of_the_same_partitions_share_a_read_only_within_a_generation() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use std::time::Duration;
+
+        // Caching off: every ask reaches `read_partitions`.
+        let hub = ChangeHub::new(false);
+        let reads = Arc::new(AtomicUsize::new(0));
+        let ask = |hub: Arc<ChangeHub>, reads: Arc<AtomicUsize>| async move {
+            hub.read_partitions("d", &["a=1".to_owned()], || async {
+                reads.fetch_add(1, SeqCst);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok::<_, String>(vec![None])
+            })
+            .await
+        };
+        let asks: Vec<_> = (0..10).map(|_| tokio::spawn(ask(hub.clone(), reads.clone()))).collect();
+        for a in asks {
+            assert_eq!(a.await.expect("task"), Ok(vec![None]));
+        }
+        assert_eq!(reads.load(SeqCst), 1, "ten askers at once, one read");
+
+        let before = tokio::spawn(ask(hub.clone(), reads.clone()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(reads.load(SeqCst), 2, "a read under way");
+        hub.publish(Change { dataset: "d".into(), partitions: Some(vec!["a=1".into()]) });
+        assert_eq!(ask(hub.clone(), reads.clone()).await, Ok(vec![None]));
+        assert_eq!(reads.load(SeqCst), 3, "asked after the change: a read of its own");
+        assert_eq!(before.await.expect("task"), Ok(vec![None]));
+
+        // A failed read is not handed on: the next asker reads again.
+        let failed = hub.read_partitions("d", &["a=1".to_owned()], || async { Err::<Vec<_>, _>("down") }).await;
+        assert_eq!(failed, Err("down"));
+        assert_eq!(ask(hub.clone(), reads.clone()).await, Ok(vec![None]));
+        assert_eq!(reads.load(SeqCst), 4);
     }
 }

@@ -130,11 +130,9 @@ async fn statuses(app: &AppState, dataset: &str, partitions: &[String]) -> Resul
     if missing.is_empty() {
         return Ok(out);
     }
-    let seen = app.hub.generation();
     let names: Vec<String> = missing.iter().map(|&i| partitions[i].clone()).collect();
-    let fetched = app.store.partition_status(dataset, &names).await?;
-    for (&i, rec) in missing.iter().zip(fetched.into_iter().map(|r| r.map(Arc::new))) {
-        app.hub.fill_partition(seen, dataset, &partitions[i], rec.clone());
+    let fetched = app.hub.read_partitions(dataset, &names, || app.store.partition_status(dataset, &names)).await?;
+    for (&i, rec) in missing.iter().zip(fetched) {
         out[i] = rec;
     }
     Ok(out)
