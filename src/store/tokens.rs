@@ -200,7 +200,22 @@ impl SqlStore {
         };
         if start {
             let store = self.clone();
-            tokio::spawn(async move { store.write_audit_queue().await });
+            tokio::spawn(async move {
+                let writer = tokio::spawn({
+                    let store = store.clone();
+                    async move { store.write_audit_queue().await }
+                });
+                if let Err(e) = writer.await {
+                    // The writer died (a bug) holding the turn: nobody else
+                    // could start one. Whoever still waits hears that their
+                    // rows were not written, and the next request starts
+                    // a new writer.
+                    tracing::error!(error = %e, "the audit writer stopped");
+                    let mut q = store.audit.lock();
+                    q.writing = false;
+                    q.pending.clear();
+                }
+            });
         }
         written.await.unwrap_or_else(|_| Err(anyhow::anyhow!("the audit writer stopped before answering").into()))
     }
