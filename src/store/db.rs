@@ -195,6 +195,12 @@ pub enum Conn<'c> {
     Postgres(&'c mut PgConnection),
 }
 
+/// `$first, $first+1, …` for `n` values: an `IN (…)` list, or one row of
+/// a multi-row `VALUES`.
+pub(super) fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
 /// The SQL that is not the same on both backends, kept here: a JSON array
 /// built inside a query. Everything else is written once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,16 +4,11 @@
 use chrono::NaiveDate;
 
 use super::batches::load_record;
-use super::db::{args, Arg};
+use super::db::{args, placeholders, Arg};
 use super::records::{record_sql, RecordRow, PARTITION_COLUMNS};
 use super::*;
 use crate::changes::TaskLatest;
 use crate::error::Result;
-
-/// `$first, $first+1, …` for `n` values: an `IN (…)` list.
-fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
-}
 
 /// A `WHERE` clause built from optional filters, numbering placeholders as it goes.
 #[derive(Default)]

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sqlx::types::Json;
 use tokio::sync::oneshot;
 
-use super::db::{args, Arg};
+use super::db::{args, placeholders, Arg};
 use super::{Page, Position, SqlStore};
 use crate::changes::Change;
 use crate::error::{Error, Result};
@@ -251,22 +251,8 @@ impl SqlStore {
             batch.iter().flat_map(|p| p.entries.iter().map(move |e| (p.at, e))).collect();
         let mut tx = self.begin_write_under(&[]).await?;
         for chunk in rows.chunks(AUDIT_ROWS_PER_INSERT) {
-            let values: Vec<String> = (0..chunk.len())
-                .map(|r| {
-                    let n = r * COLUMNS;
-                    format!(
-                        "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                        n + 1,
-                        n + 2,
-                        n + 3,
-                        n + 4,
-                        n + 5,
-                        n + 6,
-                        n + 7,
-                        n + 8
-                    )
-                })
-                .collect();
+            let values: Vec<String> =
+                (0..chunk.len()).map(|r| format!("({})", placeholders(r * COLUMNS + 1, COLUMNS))).collect();
             let mut a: Vec<Arg> = Vec::with_capacity(chunk.len() * COLUMNS);
             for (at, e) in chunk {
                 a.extend(args![
