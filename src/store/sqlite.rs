@@ -401,6 +401,13 @@ mod tests {
         run(w.conn(), sql).await.expect("insert");
     }
 
+    /// A writer alone on the lane: begin, one statement, commit.
+    async fn write_alone(lane: &Lane, sql: &'static str) {
+        let mut w = lane.begin().await.expect("the lane is free");
+        insert(&mut w, sql).await;
+        w.commit(Vec::new()).await.expect("commit");
+    }
+
     async fn rows(pool: &SqlitePool) -> Vec<i64> {
         sqlx::query_scalar("SELECT x FROM t ORDER BY x").fetch_all(pool).await.expect("select")
     }
@@ -419,15 +426,11 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_write_undoes_only_its_own_work() {
         let (_dir, pool, lane) = lane().await;
-        let mut a = lane.begin().await.expect("begin");
-        insert(&mut a, "INSERT INTO t VALUES (1)").await;
-        a.commit(Vec::new()).await.expect("commit");
+        write_alone(&lane, "INSERT INTO t VALUES (1)").await;
         let mut b = lane.begin().await.expect("begin");
         insert(&mut b, "INSERT INTO t VALUES (2)").await;
         drop(b);
-        let mut c = lane.begin().await.expect("the lane is free again");
-        insert(&mut c, "INSERT INTO t VALUES (3)").await;
-        c.commit(Vec::new()).await.expect("commit");
+        write_alone(&lane, "INSERT INTO t VALUES (3)").await;
         assert_eq!(rows(&pool).await, [1, 3]);
     }
 
@@ -475,9 +478,7 @@ mod tests {
         assert!(a.is_err(), "and the member that shared it");
         assert_eq!(rows(&pool).await, Vec::<i64>::new());
         assert_eq!(lane.hub.generation(), before, "nothing published");
-        let mut c = lane.begin().await.expect("the lane goes on");
-        insert(&mut c, "INSERT INTO t VALUES (3)").await;
-        c.commit(Vec::new()).await.expect("commit");
+        write_alone(&lane, "INSERT INTO t VALUES (3)").await;
         assert_eq!(rows(&pool).await, [3]);
     }
 
@@ -494,9 +495,7 @@ mod tests {
         let done = tokio::time::timeout(Duration::from_secs(30), committing).await;
         done.expect("the group's COMMIT came").expect("task").expect("commit");
         assert_eq!(rows(&pool).await, [1]);
-        let mut c = lane.begin().await.expect("the lane is free");
-        insert(&mut c, "INSERT INTO t VALUES (2)").await;
-        c.commit(Vec::new()).await.expect("commit");
+        write_alone(&lane, "INSERT INTO t VALUES (2)").await;
         assert_eq!(rows(&pool).await, [1, 2]);
     }
 
@@ -526,9 +525,7 @@ mod tests {
         queued(&lane, 1).await;
         a.commit(Vec::new()).await.expect("commit a");
         later.await.expect("task");
-        let mut f = lane.begin().await.expect("the lane is free");
-        insert(&mut f, "INSERT INTO t VALUES (6)").await;
-        f.commit(Vec::new()).await.expect("commit f");
+        write_alone(&lane, "INSERT INTO t VALUES (6)").await;
         assert_eq!(rows(&pool).await, [1, 4, 6]);
     }
 
