@@ -49,7 +49,7 @@ pub(super) async fn ensure_dataset(c: &mut Conn<'_>, name: &str, now: DateTime<U
     }
     let insert = format!("{INSERT_DATASET} ON CONFLICT (name) DO NOTHING");
     c.exec(&insert, dataset_args(name, &DatasetPolicy::default(), now)).await?;
-    Ok(c.one(&select, args![name]).await?)
+    super::batches::load_policy(c, name).await
 }
 
 impl SqlStore {

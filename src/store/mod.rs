@@ -337,16 +337,13 @@ impl SqlStore {
     /// A write transaction of the batch lifecycle on one batch: under its
     /// dataset's lock on PostgreSQL (see [`Self::begin_write_under`]).
     async fn begin_write_for_batch(&self, batch_id: &str) -> Result<Tx> {
-        let Backend::Postgres(pool) = &self.backend else {
+        let Backend::Postgres(_) = &self.backend else {
             return self.begin_write().await;
         };
         // A batch's dataset never changes: read before locking it. (No such
         // batch: no key, and the caller finds no batch under the lock.)
-        let dataset: Option<(String,)> = sqlx::query_as("SELECT dataset FROM batches WHERE batch_id = $1")
-            .bind(batch_id)
-            .fetch_optional(pool)
-            .await?;
-        let keys: Vec<String> = dataset.iter().map(|(d,)| dataset_key(d)).collect();
+        let dataset = self.dataset_of_batch(batch_id).await?;
+        let keys: Vec<String> = dataset.iter().map(|d| dataset_key(d)).collect();
         self.begin_write_under(&keys).await
     }
 
