@@ -23,6 +23,10 @@ pub enum Error {
     Database(#[from] sqlx::Error),
     #[error("internal error: {0}")]
     Internal(#[from] anyhow::Error),
+    /// The write is stored, but its answer could not be read back (503
+    /// `answer_unavailable`): the same request again gets it.
+    #[error("{message} ({cause})")]
+    Unanswered { message: String, cause: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -64,7 +68,15 @@ impl Error {
             Error::Request { status, .. } => *status,
             Error::Database(e) if is_unavailable(e) => 503,
             Error::Database(_) | Error::Internal(_) => 500,
+            Error::Unanswered { .. } => 503,
         }
+    }
+
+    /// PostgreSQL refused the transaction to break a deadlock (`40P01`) or a
+    /// serialization conflict (`40001`): it was rolled back whole, and the
+    /// same write run again may well succeed (see `store::retrying`).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Database(sqlx::Error::Database(d)) if matches!(d.code().as_deref(), Some("40P01" | "40001")))
     }
 
     pub fn code(&self) -> &'static str {
@@ -76,6 +88,7 @@ impl Error {
             Error::Database(e) if is_unavailable(e) => "storage_unavailable",
             Error::Database(_) => "storage_error",
             Error::Internal(_) => "internal_error",
+            Error::Unanswered { .. } => "answer_unavailable",
         }
     }
 }

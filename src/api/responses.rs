@@ -28,7 +28,9 @@ pub struct ErrorObject {
     /// `unsupported_media_type`, `bad_request`, `malformed_request` (400: not
     /// HTTP/1.1), `uri_too_long` (414: a request target over 65534 bytes),
     /// `headers_too_large` (431: a request head over about 400 KB),
-    /// `storage_error`, `storage_unavailable`, `internal_error`.
+    /// `storage_error`, `storage_unavailable`, `internal_error`,
+    /// `answer_unavailable` (503: a commit or fail was stored, but its
+    /// answer could not be read back; the same request again gets it).
     #[schema(example = "unknown_field")]
     pub code: String,
     pub message: String,
@@ -85,6 +87,9 @@ pub struct BatchNotFound(ErrorBody);
 pub struct StorageError(ErrorBody);
 
 /// The database cannot be reached; nothing was changed (`storage_unavailable`).
+/// Or, from a commit or fail only: the decision was stored but its answer
+/// could not be read back (`answer_unavailable`); repeat the same request to
+/// get it.
 #[derive(ToResponse)]
 #[allow(dead_code)]
 pub struct StorageUnavailable(ErrorBody);

@@ -31,7 +31,9 @@ impl IntoResponse for Error {
             Error::Invalid { message, details, .. } | Error::Conflict { message, details, .. } => {
                 (message.clone(), details.clone())
             }
-            Error::NotFound { message, .. } | Error::Request { message, .. } => (message.clone(), json!({})),
+            Error::NotFound { message, .. } | Error::Request { message, .. } | Error::Unanswered { message, .. } => {
+                (message.clone(), json!({}))
+            }
             Error::Database(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
                 ("the database is unavailable; nothing was changed".to_owned(), json!({}))
             }

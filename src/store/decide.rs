@@ -28,6 +28,9 @@ use crate::telemetry::{Decided as Logged, FailedCheck, Outcome};
 /// and baseline key (`None` when it has no `partitions` row).
 type DeclaredStanding = (String, Option<i64>, Option<i64>, Option<String>);
 
+/// How many times in all a decision just stored is read back for its answer.
+const READ_BACK_ATTEMPTS: u32 = 3;
+
 /// `details` of a 409 `lease_expired`.
 #[derive(Serialize)]
 struct LeaseExpired<'a> {
@@ -80,7 +83,7 @@ impl Decision {
 impl SqlStore {
     #[tracing::instrument(skip_all, fields(batch_id = %batch_id, stage = %report.stage, replayed = tracing::field::Empty))]
     pub async fn fail_batch(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
-        let decision = self.do_fail(batch_id, report, fingerprint).await?;
+        let decision = super::retrying(|| self.do_fail(batch_id, report.clone(), fingerprint.clone())).await?;
         tracing::Span::current().record("replayed", decision.replayed);
         Ok(decision)
     }
@@ -93,7 +96,7 @@ impl SqlStore {
         fingerprint: String,
     ) -> Result<Decision> {
         let began = std::time::Instant::now();
-        let decision = self.do_commit(batch_id, evidence, fingerprint).await?;
+        let decision = super::retrying(|| self.do_commit(batch_id, evidence.clone(), fingerprint.clone())).await?;
         self.metrics.commit_took(began.elapsed().as_secs_f64());
         tracing::Span::current().record("replayed", decision.replayed);
         Ok(decision)
@@ -168,7 +171,35 @@ impl SqlStore {
     /// exactly as a replay makes it again ([`as_decided`] undoes whatever
     /// came after it). Read after the `COMMIT`, on a reader: the statements
     /// of a whole record are not spent holding the write lock.
+    ///
+    /// The decision is stored by then, so a failed read must not say
+    /// "nothing was changed": it is tried again a few times (a reader can be
+    /// briefly unavailable), and then answered 503 `answer_unavailable`,
+    /// which says the decision stands and the same request gets its answer.
     async fn record_decision(&self, batch_id: &str) -> Result<Decision> {
+        let mut attempt = 1;
+        loop {
+            match self.read_decision(batch_id).await {
+                Ok(decision) => return Ok(decision),
+                Err(e) if attempt < READ_BACK_ATTEMPTS => {
+                    tracing::warn!(error = %e, batch_id, attempt, "cannot read back a decision just stored; trying again");
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(Error::Unanswered {
+                        message: format!(
+                            "batch {batch_id} was decided and the decision is stored, but reading its answer back \
+                             failed; repeat the same request to get it"
+                        ),
+                        cause: format!("{e:?}"),
+                    })
+                }
+            }
+        }
+    }
+
+    async fn read_decision(&self, batch_id: &str) -> Result<Decision> {
         let mut r = self.read().await?;
         let record = load_record(&mut r.conn(), batch_id).await?.ok_or_else(|| not_found(batch_id))?;
         Decision::recorded(as_decided(record)?, false)

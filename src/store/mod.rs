@@ -422,6 +422,30 @@ impl SqlStore {
     }
 }
 
+/// How many times in all a write is run when PostgreSQL keeps refusing it
+/// to break deadlocks.
+const WRITE_ATTEMPTS: u32 = 4;
+
+/// Runs a write again when the database refused it to break a deadlock
+/// ([`crate::error::Error::is_retryable`]): that write was rolled back whole, so running it
+/// again from the start is safe, and the request is answered as if nothing
+/// had happened instead of with a 500. (On PostgreSQL two writers can meet
+/// row against row, see `postgres::begin_write`; SQLite has one writer.)
+async fn retrying<T, F: std::future::Future<Output = Result<T>>>(mut write: impl FnMut() -> F) -> Result<T> {
+    let mut attempt = 1;
+    loop {
+        match write().await {
+            Err(e) if e.is_retryable() && attempt < WRITE_ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, "the database refused a write to break a deadlock; running it again");
+                // The other writer is finishing: a short, growing pause lets it.
+                tokio::time::sleep(std::time::Duration::from_millis(5 << attempt)).await;
+                attempt += 1;
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// The lock key of a dataset, for [`SqlStore::begin_write_under`].
 fn dataset_key(dataset: &str) -> String {
     format!("dataset:{dataset}")

@@ -13,7 +13,36 @@ on_both_backends!(
     a_fault_mid_commit_rolls_the_whole_commit_back,
     health_reports_the_backend,
     an_unknown_stored_value_is_an_error_naming_column_and_value,
+    a_decision_stored_but_not_read_back_says_it_stands,
 );
+
+/// PostgreSQL breaks a deadlock by refusing one of the two writers
+/// (`40P01`): that write is run again, and the request answered as if
+/// nothing had happened. The refusal is injected once (a sequence, which a
+/// rollback does not undo), half-way through the commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_to_break_a_deadlock_is_run_again() {
+    let Some(app) = TestApp::spawn(Backend::Postgres).await else { return };
+    let id = app.start_ok("t", "d.dl", "2026-08-24", &["dt=2026-08-24"]).await;
+    app.sql(
+        "CREATE SEQUENCE deadlocks; \
+         CREATE FUNCTION inject_deadlock() RETURNS trigger AS $$ BEGIN \
+           IF nextval('deadlocks') = 1 THEN RAISE EXCEPTION 'injected deadlock' USING ERRCODE = '40P01'; END IF; \
+           RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER inject_deadlock BEFORE INSERT ON batch_events FOR EACH ROW WHEN (NEW.kind = 'committed') \
+           EXECUTE FUNCTION inject_deadlock();",
+    )
+    .await;
+
+    let (status, record) = app.commit(&id, &clean("dt=2026-08-24", 10)).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    assert_eq!((record["state"].as_str(), record["partitions"][0]["version"].as_i64()), (Some("published"), Some(1)));
+    let (_, events) = app.get(&format!("/v1/batches/{id}")).await;
+    let committed = events["events"].as_array().expect("events").iter().filter(|e| e["kind"] == "committed").count();
+    assert_eq!(committed, 1, "the refused attempt left nothing behind: {events}");
+    let attempts = app.sql_count("SELECT last_value FROM deadlocks").await;
+    assert_eq!(attempts, 2, "refused once, then run again once");
+}
 
 async fn inject_fault(app: &TestApp) {
     app.sql(match app.backend {
@@ -100,4 +129,44 @@ async fn an_unknown_stored_value_is_an_error_naming_column_and_value(app: TestAp
     let e = store.claim_deliveries(10).await.expect_err("an unknown target is an error").to_string();
     assert!(e.contains("\"target\"") && e.contains("\"pigeon\""), "names column and value: {e}");
     assert_eq!(app.get("/healthz").await.0, StatusCode::OK);
+}
+
+/// A commit whose decision is stored but whose answer cannot be read back
+/// must not say "nothing was changed": 503 `answer_unavailable`, the data is
+/// ready, and the same commit again gets the answer. (The record is made
+/// unreadable inside the commit's own transaction, after the check results
+/// are written, so only the read after the `COMMIT` meets it.)
+async fn a_decision_stored_but_not_read_back_says_it_stands(app: TestApp) {
+    let id = app.start_ok("t", "d.rb", "2026-08-24", &["dt=2026-08-24"]).await;
+    let trigger = app.sql_rows(&format!("SELECT trigger_kind FROM batches WHERE batch_id = '{id}'")).await;
+    let trigger = trigger[0][0].clone().expect("a trigger kind");
+    app.sql(match app.backend {
+        Backend::Sqlite => {
+            "CREATE TRIGGER unreadable AFTER INSERT ON batch_events WHEN NEW.kind = 'committed' \
+             BEGIN UPDATE batches SET trigger_kind = 'exploded' WHERE batch_id = NEW.batch_id; END;"
+        }
+        Backend::Postgres => {
+            "CREATE FUNCTION unreadable() RETURNS trigger AS $$ BEGIN \
+               UPDATE batches SET trigger_kind = 'exploded' WHERE batch_id = NEW.batch_id; RETURN NEW; END $$ LANGUAGE plpgsql; \
+             CREATE TRIGGER unreadable AFTER INSERT ON batch_events FOR EACH ROW WHEN (NEW.kind = 'committed') \
+               EXECUTE FUNCTION unreadable();"
+        }
+    })
+    .await;
+
+    let (status, err) = app.commit(&id, &clean("dt=2026-08-24", 10)).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("answer_unavailable")),
+        "{err}"
+    );
+    let message = err["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("stored") && !message.contains("nothing was changed"), "{message}");
+    let (status, ready) = app.ready("d.rb", &["dt=2026-08-24"]).await;
+    assert_eq!(status, StatusCode::OK, "the decision stands: {ready}");
+
+    app.sql(&format!("UPDATE batches SET trigger_kind = '{trigger}' WHERE batch_id = '{id}'")).await;
+    let (status, record) = app.commit(&id, &clean("dt=2026-08-24", 10)).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    assert_eq!(record["state"], "published");
 }
