@@ -7,7 +7,10 @@
 //! 1. migrates the database with the release binary, then seeds it in the
 //!    service's own schema with bulk SQL (`tests/api/seed.rs`, shared with the
 //!    query-plan tests; secondary indexes dropped during the load and built
-//!    after it, then `ANALYZE`);
+//!    after it, then `ANALYZE`; on PostgreSQL `VACUUM (ANALYZE)`, so that
+//!    the measured commits do not meet the first vacuum of a table just
+//!    filled, setting hint bits and the visibility map, as a registry that
+//!    grew over years would not);
 //! 2. starts the release binary on it (two replicas on PostgreSQL) and
 //!    measures how long it takes to answer `/healthz`;
 //! 3. measures start and commit latency (restatements of a partition that has
@@ -18,7 +21,9 @@
 //!    stored bytes per batch;
 //! 4. on the small registry only: write throughput at 1/8/32 clients on
 //!    distinct datasets next to a pgbench script doing one INSERT and one
-//!    UPDATE per transaction, the bytes each batch the API wrote took, and
+//!    UPDATE per transaction (and the same with a `pg_notify`, and with one
+//!    lock held through COMMIT: the ceiling of the write design, see
+//!    [`Pgbench`]), the bytes each batch the API wrote took, and
 //!    10,000 long-poll waiters on 1,000 partitions (RSS, queries while idle,
 //!    how soon each is answered after its partition's publish, publishing
 //!    speed with and without them);
@@ -393,7 +398,7 @@ async fn migrate_and_seed(db: &Db, size: u64) -> Result<Duration> {
             for (_, sql) in &indexes {
                 c.execute(sql.as_str()).await?;
             }
-            c.execute("ANALYZE").await?;
+            c.execute("VACUUM (ANALYZE)").await?;
             c.execute("CHECKPOINT").await?;
             c.close().await?;
         }
@@ -486,7 +491,19 @@ struct Writes {
     /// Cycles that failed (e.g. 503 storage_unavailable), and the first error.
     failed: usize,
     first_failure: Option<String>,
-    pgbench: Option<f64>,
+    pgbench: Option<Pgbench>,
+}
+
+/// pgbench's transactions per second at the same concurrency, for three
+/// shapes of transaction: the issue's one INSERT and one UPDATE; the same
+/// with a `pg_notify` (PostgreSQL serialises the commits of notifying
+/// transactions); and the same holding one advisory lock from before the
+/// INSERT through its COMMIT, as a publishing commit holds the feed's lock.
+/// The last is the ceiling of the service's write design on this disk.
+struct Pgbench {
+    plain: f64,
+    notify: f64,
+    locked: f64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -744,7 +761,18 @@ async fn writes(http: &reqwest::Client, bases: &[String], db: &Db, knobs: &Knobs
         let elapsed = began.elapsed();
         all.sort_unstable();
         let pgbench = match db.backend {
-            Backend::Postgres => Some(pgbench(db, clients, knobs.seconds).await?),
+            Backend::Postgres => Some(Pgbench {
+                plain: pgbench(db, clients, knobs.seconds, "", "").await?,
+                notify: pgbench(db, clients, knobs.seconds, "", "SELECT pg_notify('bench_probe', 'x');\n").await?,
+                locked: pgbench(
+                    db,
+                    clients,
+                    knobs.seconds,
+                    "SELECT pg_advisory_xact_lock(7);\n",
+                    "SELECT pg_notify('bench_probe', 'x');\n",
+                )
+                .await?,
+            }),
             Backend::Sqlite => None,
         };
         out.push(Writes {
@@ -760,8 +788,10 @@ async fn writes(http: &reqwest::Client, bases: &[String], db: &Db, knobs: &Knobs
 }
 
 /// Transactions per second of pgbench doing one INSERT and one UPDATE per
-/// transaction with `clients` clients, on the bench database.
-async fn pgbench(db: &Db, clients: usize, seconds: Duration) -> Result<f64> {
+/// transaction with `clients` clients, on the bench database; `first` and
+/// `last` are statements run before the INSERT and after the UPDATE, in the
+/// same transaction.
+async fn pgbench(db: &Db, clients: usize, seconds: Duration, first: &str, last: &str) -> Result<f64> {
     let mut c = PgConnection::connect(&db.url).await?;
     c.execute("CREATE TABLE IF NOT EXISTS bench_probe (id BIGSERIAL PRIMARY KEY, k BIGINT NOT NULL, v INT NOT NULL)")
         .await?;
@@ -769,8 +799,10 @@ async fn pgbench(db: &Db, clients: usize, seconds: Duration) -> Result<f64> {
     let script = tempfile::NamedTempFile::new()?;
     std::fs::write(
         script.path(),
-        "\\set k random(1, 1000000000)\nBEGIN;\nINSERT INTO bench_probe (k, v) VALUES (:k, 0);\n\
-         UPDATE bench_probe SET v = v + 1 WHERE id = currval('bench_probe_id_seq');\nEND;\n",
+        format!(
+            "\\set k random(1, 1000000000)\nBEGIN;\n{first}INSERT INTO bench_probe (k, v) VALUES (:k, 0);\n\
+             UPDATE bench_probe SET v = v + 1 WHERE id = currval('bench_probe_id_seq');\n{last}END;\n"
+        ),
     )?;
     let out = Command::new("pgbench")
         .args(["-n", "-h", "127.0.0.1", "-U", "postgres", "-c", &clients.to_string(), "-j"])
@@ -1051,7 +1083,12 @@ fn report(backend: Backend, s: &Figures, b: &Figures) {
         if backend == Backend::Postgres { ", two replicas" } else { "" }
     );
     for w in &s.writes {
-        let pgb = w.pgbench.map_or(String::new(), |t| format!("   pgbench 1 INSERT + 1 UPDATE: {t:.0} tx/s"));
+        let pgb = w.pgbench.as_ref().map_or(String::new(), |p| {
+            format!(
+                "   pgbench 1 INSERT + 1 UPDATE: {:.0} tx/s, + NOTIFY: {:.0}, + one lock held through COMMIT: {:.0}",
+                p.plain, p.notify, p.locked
+            )
+        });
         let judged = if w.clients == 32 {
             format!("  goal >= {goal:.0}/s  {}", verdict(w.per_second >= goal && w.failed == 0))
         } else {
