@@ -91,7 +91,52 @@ async fn commit_path_lineage_statements_seek_indexes(app: TestApp) {
     assert_eq!(app.ready("ds1", &["dt=2000-01-06"]).await.0, StatusCode::OK, "another day of ds1 is untouched");
 }
 
-on_both_backends!(commit_path_lineage_statements_seek_indexes, a_page_of_batch_history_seeks_indexes);
+on_both_backends!(
+    commit_path_lineage_statements_seek_indexes,
+    a_page_of_batch_history_seeks_indexes,
+    a_task_s_batches_of_a_date_are_found_by_its_sequence_key
+);
+
+/// A task's batches of one date (`GET /v1/batches?task=…&dt=…`, and the
+/// latest of them that `/ready?task=…` answers with) are sought on the
+/// `UNIQUE (task, dt, seq)` key: the `(task, dt, id)` index that did it too
+/// is gone (migration 0011), its entries a second copy of the key's.
+async fn a_task_s_batches_of_a_date_are_found_by_its_sequence_key(app: TestApp) {
+    let dialect = match app.backend {
+        Backend::Sqlite => Dialect::Sqlite,
+        Backend::Postgres => Dialect::Postgres,
+    };
+    let key = match app.backend {
+        Backend::Sqlite => "sqlite_autoindex_batches_3",
+        Backend::Postgres => "batches_task_dt_seq_key",
+    };
+    let page =
+        record_sql(dialect, "WHERE task = 't3' AND dt = '2000-01-07' ORDER BY id DESC LIMIT 101", "ORDER BY id DESC");
+    let latest =
+        "SELECT batch_id, dataset FROM batches WHERE task = 't3' AND dt = '2000-01-07' ORDER BY seq DESC LIMIT 1";
+    for when in ["fresh database, no statistics", "2,000 batches, after ANALYZE"] {
+        if when.starts_with("2,000") {
+            match app.backend {
+                Backend::Sqlite => app.sql(&seed::sqlite(50, 40)).await,
+                Backend::Postgres => app.sql(&seed::postgres(50, 40)).await,
+            }
+        }
+        for (name, sql) in [("page", page.as_str()), ("latest", latest)] {
+            let lines = plan(&app, sql).await;
+            let text = lines.join("\n");
+            let scans = lines
+                .iter()
+                .filter(|l| full_scan(app.backend, l) && !l.trim_start_matches(['|', '`', '-', ' ']).eq("SCAN b"));
+            assert_eq!(scans.count(), 0, "{name} ({when}) scans a table:\n{text}");
+            assert!(text.contains(key), "{name} ({when}) does not seek {key}:\n{text}");
+        }
+    }
+    let (status, page) = app.get("/v1/batches?task=t3&dt=2000-01-07").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{page}");
+    assert_eq!(items[0]["batch_id"], "t3-20000107-001");
+}
 
 /// `GET /v1/batches?dataset=…`: the page of batches is read down the
 /// dataset's index, each batch's partitions and inputs by their primary keys.
