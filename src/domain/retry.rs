@@ -100,6 +100,32 @@ pub fn advise(
     }
 }
 
+/// The inputs of [`advise`] that a start's stored advice does not repeat:
+/// the write mode and whether the dataset has a unique key. A stored start
+/// keeps its residue and the ids the task said it cleaned, so with these
+/// the advice is rebuilt instead of kept as a second copy of its text.
+const MODES: [WriteMode; 4] =
+    [WriteMode::OverwritePartition, WriteMode::DeleteInsertByBatch, WriteMode::Merge, WriteMode::Append];
+
+/// The number that stands for `advice` in a stored start: the first inputs
+/// ([`MODES`] index times two, plus one with a unique key) from which
+/// [`rebuild`] makes exactly `advice` again. `None` when none does (a cleanup
+/// statement names its dataset, which the number does not carry): then the
+/// advice is stored whole.
+pub fn compact(advice: &RetryAdvice, residue: &[String], cleaned: &[String]) -> Option<u8> {
+    (0..2 * MODES.len() as u8).find(|&code| rebuild(code, residue, cleaned).as_ref() == Some(advice))
+}
+
+/// The advice [`compact`] stored as `code`, from the start's residue and
+/// cleaned ids; `None` for a code that stands for no inputs, or for inputs
+/// that refused the start (no advice was ever stored for them).
+pub fn rebuild(code: u8, residue: &[String], cleaned: &[String]) -> Option<RetryAdvice> {
+    let mode = *MODES.get(usize::from(code / 2))?;
+    // The dataset's name only appears in a cleanup statement, and an advice
+    // with one is never stored as a number.
+    advise(mode, "", code % 2 == 1, residue, cleaned).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +167,34 @@ mod tests {
         assert_eq!(advise(WriteMode::Append, "d", true, &residue, &ids(&["b1"])).unwrap_err().code, "cleanup_required");
         assert!(advise(WriteMode::Append, "d", true, &residue, &residue).unwrap().safe);
         assert!(advise(WriteMode::Append, "d", true, &[], &[]).unwrap().safe);
+    }
+    #[test]
+    fn every_advice_without_a_statement_is_rebuilt_from_its_number() {
+        let (none, one, two) = (ids(&[]), ids(&["t-1"]), ids(&["t-1", "t-2"]));
+        let cases = [(&none, &none), (&one, &none), (&two, &one), (&two, &two), (&one, &one)];
+        let mut numbered = 0;
+        for mode in MODES {
+            for unique_key in [false, true] {
+                for (residue, cleaned) in cases {
+                    let Ok(advice) = advise(mode, "dws.x", unique_key, residue, cleaned) else { continue };
+                    match compact(&advice, residue, cleaned) {
+                        Some(code) => {
+                            assert_eq!(rebuild(code, residue, cleaned).as_ref(), Some(&advice), "{mode} {unique_key}");
+                            numbered += 1;
+                        }
+                        None => assert!(advice.cleanup.statement.is_some(), "{advice:?} was not numbered"),
+                    }
+                }
+            }
+        }
+        assert!(numbered > 20, "only {numbered} advices numbered");
+    }
+
+    #[test]
+    fn an_advice_naming_its_dataset_is_not_numbered() {
+        let residue = ids(&["t-1"]);
+        let advice = advise(WriteMode::DeleteInsertByBatch, "dws.x", false, &residue, &[]).unwrap();
+        assert_eq!(compact(&advice, &residue, &[]), None);
+        assert_eq!(rebuild(2 * MODES.len() as u8, &[], &[]), None, "a number past the modes stands for nothing");
     }
 }

@@ -41,7 +41,8 @@ pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Opti
     };
     let rows: Vec<EventRow> =
         c.all("SELECT kind, at, detail FROM batch_events WHERE batch_id = $1 ORDER BY id", args![batch_id]).await?;
-    let events = rows.into_iter().map(EventRow::into_event).collect::<Result<Vec<_>>>()?;
+    let marker = row.batch.marker.clone();
+    let events = rows.into_iter().map(|e| e.into_event(marker.as_deref())).collect::<Result<Vec<_>>>()?;
     Ok(Some(BatchRecord::assemble(row, Some(events))))
 }
 
@@ -403,7 +404,8 @@ impl SqlStore {
                 residue: residue.clone(),
                 retry: Some(retry.clone()),
                 cleaned_batch_ids: Some(req.cleaned_batch_ids.clone()),
-            },
+            }
+            .stored(),
         )
         .await?;
 

@@ -297,14 +297,7 @@ impl SqlStore {
             for (partition, version) in &published {
                 staleness::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut ripple).await?;
             }
-            event(
-                &mut c,
-                batch_id,
-                EventKind::Committed,
-                now,
-                events::Committed::Published { marker: Some(evidence.marker.clone()) },
-            )
-            .await?;
+            event(&mut c, batch_id, EventKind::Committed, now, events::StoredCommitted::published()).await?;
             alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
             changed
         } else {

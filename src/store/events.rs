@@ -10,12 +10,15 @@ use serde::{Deserialize, Serialize};
 use super::records::Residue;
 use crate::domain::batch::{FailCategory, FailStage, Trigger};
 use crate::domain::checks::CheckName;
-use crate::domain::retry::RetryAdvice;
+use crate::domain::retry::{self, RetryAdvice};
 use crate::domain::staleness::Staleness;
 
 /// `started`: how the batch was started, and what it must clean first.
+// Stored as `Started::stored` writes it; reads both that and the form the
+// API shows (stored until issue 14). Not in the doc comment: that is the spec's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[schema(as = StartedDetail)]
+#[serde(try_from = "StoredStarted")]
 pub struct Started {
     pub trigger: Trigger,
     pub run_ref: Option<String>,
@@ -32,6 +35,76 @@ pub struct Started {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub cleaned_batch_ids: Option<Vec<String>>,
+}
+
+/// A `started` detail as stored: the retry advice as the number
+/// `retry::compact` gives it when it rebuilds it exactly, which is a
+/// tenth of its text (the residue and cleaned ids it is rebuilt from are
+/// stored anyway); else, and in rows stored before issue 14, the advice itself.
+#[derive(Serialize, Deserialize)]
+pub(super) struct StoredStarted {
+    trigger: Trigger,
+    run_ref: Option<String>,
+    lease_expires_at: DateTime<Utc>,
+    #[serde(default)]
+    residue: Vec<Residue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry: Option<StoredRetry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cleaned_batch_ids: Option<Vec<String>>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum StoredRetry {
+    Rebuilt(u8),
+    Kept(RetryAdvice),
+}
+
+impl Started {
+    /// The detail in the form the registry stores.
+    pub(super) fn stored(&self) -> StoredStarted {
+        let residue: Vec<String> = self.residue.iter().map(|r| r.batch_id.clone()).collect();
+        let cleaned = self.cleaned_batch_ids.as_deref().unwrap_or_default();
+        let retry = self.retry.as_ref().map(|advice| match retry::compact(advice, &residue, cleaned) {
+            Some(code) => StoredRetry::Rebuilt(code),
+            None => StoredRetry::Kept(advice.clone()),
+        });
+        StoredStarted {
+            trigger: self.trigger,
+            run_ref: self.run_ref.clone(),
+            lease_expires_at: self.lease_expires_at,
+            residue: self.residue.clone(),
+            retry,
+            cleaned_batch_ids: self.cleaned_batch_ids.clone(),
+        }
+    }
+}
+
+impl TryFrom<StoredStarted> for Started {
+    type Error = String;
+
+    fn try_from(s: StoredStarted) -> Result<Self, String> {
+        let retry = match s.retry {
+            None => None,
+            Some(StoredRetry::Kept(advice)) => Some(advice),
+            Some(StoredRetry::Rebuilt(code)) => {
+                let residue: Vec<String> = s.residue.iter().map(|r| r.batch_id.clone()).collect();
+                let cleaned = s.cleaned_batch_ids.as_deref().unwrap_or_default();
+                let advice = retry::rebuild(code, &residue, cleaned)
+                    .ok_or_else(|| format!("retry {code} stands for no advice over this residue"))?;
+                Some(advice)
+            }
+        };
+        Ok(Self {
+            trigger: s.trigger,
+            run_ref: s.run_ref,
+            lease_expires_at: s.lease_expires_at,
+            residue: s.residue,
+            retry,
+            cleaned_batch_ids: s.cleaned_batch_ids,
+        })
+    }
 }
 
 /// `heartbeat`: every heartbeat of a batch summed up in one event, at the
@@ -89,6 +162,44 @@ pub enum Committed {
     Rejected { failed_checks: Vec<CheckName> },
 }
 
+/// A `committed` detail as stored. A publish leaves its marker out: the
+/// commit writes it to the batch's row (`batches.marker`) in the same
+/// transaction, and a decided batch's marker never changes, so the row's is
+/// the event's. Rows stored before issue 14 keep it (`null` included), and
+/// it is read as stored.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub(super) enum StoredCommitted {
+    Published {
+        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        marker: Option<Option<String>>,
+    },
+    Rejected {
+        failed_checks: Vec<CheckName>,
+    },
+}
+
+/// A field that is there, `null` or not: `Some` (an absent one is `None`, by `default`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+impl StoredCommitted {
+    /// A publish, stored without its marker (the batch's row holds it).
+    pub(super) fn published() -> Self {
+        Self::Published { marker: None }
+    }
+
+    /// The detail, with the batch's `marker` for a publish stored without one.
+    pub(super) fn read(self, marker: Option<&str>) -> Committed {
+        match self {
+            Self::Published { marker: Some(kept) } => Committed::Published { marker: kept },
+            Self::Published { marker: None } => Committed::Published { marker: marker.map(str::to_owned) },
+            Self::Rejected { failed_checks } => Committed::Rejected { failed_checks },
+        }
+    }
+}
+
 /// `failed` and `fail_after_publish`: what the task reported.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[schema(as = FailedDetail)]
@@ -136,6 +247,7 @@ impl ChangeDetail {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::batch::BatchState;
     use serde_json::json;
 
     #[test]
@@ -156,5 +268,72 @@ mod tests {
         assert_eq!(serde_json::to_value(ChangeDetail::invalidated("bad")).unwrap(), json!({"reason": "bad"}));
         let old: Heartbeats = serde_json::from_value(json!({})).unwrap();
         assert_eq!((old.first_at, old.count()), (None, 1));
+    }
+    fn started(residue: &[&str], cleaned: &[&str], advice: RetryAdvice) -> Started {
+        let residue = residue
+            .iter()
+            .map(|b| Residue {
+                batch_id: (*b).to_owned(),
+                state: BatchState::Failed,
+                partitions: vec!["dt=2026-01-01".into()],
+            })
+            .collect();
+        Started {
+            trigger: Trigger::Scheduled,
+            run_ref: None,
+            lease_expires_at: "2026-01-01T01:00:00.123456789Z".parse().unwrap(),
+            residue,
+            retry: Some(advice),
+            cleaned_batch_ids: Some(cleaned.iter().map(|c| (*c).to_owned()).collect()),
+        }
+    }
+
+    #[test]
+    fn a_started_detail_is_stored_with_its_advice_as_a_number_and_reads_back_exactly() {
+        use crate::domain::policy::WriteMode;
+        let ids = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let overwrite = retry::advise(WriteMode::OverwritePartition, "ds", false, &[], &[]).unwrap();
+        let append = retry::advise(WriteMode::Append, "ds", false, &ids(&["t-1"]), &ids(&["t-1"])).unwrap();
+        for detail in [started(&[], &[], overwrite.clone()), started(&["t-1"], &["t-1"], append)] {
+            let stored = serde_json::to_value(detail.stored()).unwrap();
+            assert!(stored["retry"].is_u64(), "{stored}");
+            let shown = serde_json::to_value(&detail).unwrap();
+            let (stored_len, shown_len) = (stored.to_string().len(), shown.to_string().len());
+            assert!(stored_len + 60 < shown_len, "{stored} is not much smaller than {shown}");
+            assert_eq!(serde_json::from_value::<Started>(stored).unwrap(), detail);
+        }
+        let shown = json!({"trigger": "scheduled", "run_ref": null, "lease_expires_at": "2026-01-01T01:00:00.123456789Z",
+            "residue": [], "cleaned_batch_ids": [], "retry": {"safe": true, "cleanup": {},
+            "reason": "overwrite_partition: the rewrite replaces every earlier row of the partitions"}});
+        let read: Started = serde_json::from_value(shown.clone()).unwrap();
+        assert_eq!(read, started(&[], &[], overwrite), "the form stored before issue 14 reads");
+        assert_eq!(serde_json::to_value(&read).unwrap(), shown, "and is shown as it was");
+    }
+
+    #[test]
+    fn an_advice_with_a_statement_is_stored_whole_and_an_unknown_number_is_an_error() {
+        use crate::domain::policy::WriteMode;
+        let residue = vec!["t-1".to_owned()];
+        let advice = retry::advise(WriteMode::DeleteInsertByBatch, "ds", false, &residue, &[]).unwrap();
+        let detail = started(&["t-1"], &[], advice);
+        let stored = serde_json::to_value(detail.stored()).unwrap();
+        assert_eq!(stored["retry"], serde_json::to_value(&detail.retry).unwrap());
+        assert_eq!(serde_json::from_value::<Started>(stored.clone()).unwrap(), detail);
+        let mut unknown = stored;
+        unknown["retry"] = json!(99);
+        assert!(serde_json::from_value::<Started>(unknown).is_err());
+    }
+    #[test]
+    fn a_publish_is_stored_without_its_marker_and_reads_it_from_the_batch() {
+        let stored = serde_json::to_value(StoredCommitted::published()).unwrap();
+        assert_eq!(stored, json!({"state": "published"}));
+        let read = |v: serde_json::Value, marker| serde_json::from_value::<StoredCommitted>(v).unwrap().read(marker);
+        let published = |m: Option<&str>| Committed::Published { marker: m.map(str::to_owned) };
+        assert_eq!(read(stored, Some("s3://m")), published(Some("s3://m")));
+        // Rows stored before issue 14 keep theirs, a null one included.
+        assert_eq!(read(json!({"state": "published", "marker": "old"}), Some("s3://m")), published(Some("old")));
+        assert_eq!(read(json!({"state": "published", "marker": null}), Some("s3://m")), published(None));
+        let rejected = json!({"state": "rejected", "failed_checks": ["non_empty"]});
+        assert_eq!(read(rejected, Some("s3://m")), Committed::Rejected { failed_checks: vec![CheckName::NonEmpty] });
     }
 }

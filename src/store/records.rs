@@ -175,10 +175,11 @@ impl EventRow {
     /// The event, its detail read as its kind's type: a detail that is not
     /// one is a decode error naming the column and the kind, like any
     /// unknown stored value.
-    pub fn into_event(self) -> Result<Event> {
+    /// `marker` is the batch's, which a publish's event leaves out.
+    pub fn into_event(self, marker: Option<&str>) -> Result<Event> {
         let detail = self.detail.map_or_else(|| Value::Object(Default::default()), |j| j.0);
         let kind = self.kind;
-        Event::decode(kind, self.at, detail).map_err(|e| {
+        Event::decode(kind, self.at, detail, marker).map_err(|e| {
             let source = format!("unknown stored value: not the detail of a {kind} event: {e}").into();
             sqlx::Error::ColumnDecode { index: "detail".into(), source }.into()
         })
@@ -299,14 +300,16 @@ pub enum Event {
 }
 
 impl Event {
-    /// The event of `kind` with its stored detail.
-    fn decode(kind: EventKind, at: DateTime<Utc>, detail: Value) -> serde_json::Result<Self> {
+    /// The event of `kind` with its stored detail (`marker`: the batch's).
+    fn decode(kind: EventKind, at: DateTime<Utc>, detail: Value, marker: Option<&str>) -> serde_json::Result<Self> {
         use serde_json::from_value as read;
         Ok(match kind {
             EventKind::Started => Self::Started { at, detail: read(detail)? },
             EventKind::Heartbeat => Self::Heartbeat { at, detail: read(detail)? },
             EventKind::Written => Self::Written { at, detail: read(detail)? },
-            EventKind::Committed => Self::Committed { at, detail: read(detail)? },
+            EventKind::Committed => {
+                Self::Committed { at, detail: read::<events::StoredCommitted>(detail)?.read(marker) }
+            }
             EventKind::Failed => Self::Failed { at, detail: read(detail)? },
             EventKind::Abandoned => Self::Abandoned { at, detail: read(detail)? },
             EventKind::Superseded => Self::Superseded { at, detail: read(detail)? },
@@ -794,7 +797,8 @@ mod tests {
             (EventKind::FailAfterPublish, json!({"stage": "verify", "category": "data", "message": "late"})),
         ];
         for (kind, detail) in stored {
-            let event = Event::decode(kind, at, detail.clone()).unwrap_or_else(|e| panic!("{kind} {detail}: {e}"));
+            let event = Event::decode(kind, at, detail.clone(), Some("the batch's"))
+                .unwrap_or_else(|e| panic!("{kind} {detail}: {e}"));
             assert_eq!(event.kind(), kind);
             assert_eq!(event.at(), at);
             let shown = serde_json::to_string(&event).unwrap();
@@ -804,7 +808,7 @@ mod tests {
             assert_eq!(serde_json::from_str::<Event>(&shown).unwrap(), event, "a stored decision reads back");
             assert_eq!(event.detail_json(), detail);
         }
-        let wrong = Event::decode(EventKind::Superseded, at, json!({}));
+        let wrong = Event::decode(EventKind::Superseded, at, json!({}), None);
         assert!(wrong.is_err(), "a detail that is not its kind's is an error");
     }
 }

@@ -6,6 +6,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use batchgate::domain::checks::CheckResult;
+use batchgate::store::events::Started;
 
 use crate::helpers::{clean, TestApp};
 use crate::on_both_backends;
@@ -19,7 +20,34 @@ on_both_backends!(
     every_event_detail_checks_and_source_are_served_as_stored,
     events_written_by_earlier_versions_read_and_show_as_stored,
     an_event_detail_that_is_not_its_kinds_is_a_storage_error,
+    a_repeated_start_answers_the_same_retry_advice_from_either_stored_form,
 );
+
+/// An idempotent start answers again with the retry advice its `started`
+/// event keeps: rebuilt from the number it is stored as, or read whole from
+/// a row written before issue 14, the same bytes either way.
+async fn a_repeated_start_answers_the_same_retry_advice_from_either_stored_form(app: TestApp) {
+    let body = json!({"task": TASK, "dataset": DS, "dt": DT, "partitions": [P]});
+    let send = || {
+        let req = app.client.post(format!("{}/v1/batches", app.base)).header("Idempotency-Key", "k-retry").json(&body);
+        async move {
+            let r = req.send().await.expect("request");
+            (r.status(), r.text().await.expect("body"))
+        }
+    };
+    let (status, first) = send().await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let first: Value = serde_json::from_str(&first).unwrap();
+    let id = first["batch_id"].as_str().expect("batch_id").to_owned();
+    let (status, again) = send().await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(serde_json::from_str::<Value>(&again).unwrap()["retry"], first["retry"], "{again}");
+    let (_, shown) = app.get(&format!("/v1/batches/{id}")).await;
+    assert_eq!(shown["events"][0]["detail"]["retry"], first["retry"], "{shown}");
+    let whole = shown["events"][0]["detail"].to_string().replace('\'', "''");
+    app.sql(&format!("UPDATE batch_events SET detail = '{whole}' WHERE batch_id = '{id}' AND kind = 'started'")).await;
+    assert_eq!(send().await, (StatusCode::OK, again), "the whole advice, as stored before, answers the same bytes");
+}
 
 /// Checks that `GET /v1/batches/{id}` shows every stored event, in order,
 /// with its detail, and the batch's checks and source, exactly as the stored
@@ -44,7 +72,26 @@ async fn served_as_stored(app: &TestApp, id: &str) -> Vec<String> {
         let at = rest.find(&head).unwrap_or_else(|| panic!("no {head} after the events before it in {body}"));
         rest = &rest[at + head.len()..];
         rest = &rest[rest.find("\",").expect("the time") + 2..];
-        let detail = format!("\"detail\":{}}}", as_value(row[1].as_deref()));
+        // A start's retry advice is stored as the number it is rebuilt
+        // from (issue 14), or whole by rows written before: either reads as
+        // the detail, shown as its JSON value.
+        let detail = match (kind.as_str(), row[1].as_deref()) {
+            ("started", Some(text)) => {
+                let read: Started = serde_json::from_str(text).expect("stored started detail");
+                serde_json::to_string(&serde_json::to_value(&read).expect("JSON")).expect("JSON")
+            }
+            // A publish leaves out its marker, the batch's (issue 14); rows
+            // written before keep it.
+            ("committed", Some(text)) => {
+                let mut stored: Value = serde_json::from_str(text).expect("stored committed detail");
+                if stored["state"] == "published" && stored.get("marker").is_none() {
+                    stored["marker"] = record["marker"].clone();
+                }
+                serde_json::to_string(&stored).expect("JSON")
+            }
+            (_, text) => as_value(text),
+        };
+        let detail = format!("\"detail\":{detail}}}");
         assert!(rest.starts_with(&detail), "{kind}: {detail} is not at {rest}");
         rest = &rest[detail.len()..];
         kinds.push(kind);
@@ -118,6 +165,37 @@ async fn every_event_detail_checks_and_source_are_served_as_stored(app: TestApp)
     app.sql(&format!("UPDATE batches SET checks = '{stored}' WHERE batch_id = '{c}'")).await;
     assert_eq!(app.get_bytes(&format!("/v1/batches/{c}")).await.1, before, "old checks, same bytes");
     served_as_stored(&app, &c).await;
+    // A start's retry advice: stored as a number, served whole; stored whole
+    // as rows written before issue 14 kept it: served the same.
+    let started = |id: &str| {
+        format!("SELECT CAST(detail AS TEXT) FROM batch_events WHERE batch_id = '{id}' AND kind = 'started'")
+    };
+    let stored: Value =
+        serde_json::from_str(app.sql_rows(&started(&a)).await[0][0].as_deref().expect("detail")).unwrap();
+    assert!(stored["retry"].is_u64(), "{stored}");
+    let (_, before) = app.get_bytes(&format!("/v1/batches/{a}")).await;
+    let (_, shown) = app.get(&format!("/v1/batches/{a}")).await;
+    assert_eq!(shown["events"][0]["detail"]["retry"]["safe"], true, "{shown}");
+    let whole = shown["events"][0]["detail"].to_string().replace('\'', "''");
+    app.sql(&format!("UPDATE batch_events SET detail = '{whole}' WHERE batch_id = '{a}' AND kind = 'started'")).await;
+    let stored: Value =
+        serde_json::from_str(app.sql_rows(&started(&a)).await[0][0].as_deref().expect("detail")).unwrap();
+    assert!(stored["retry"].is_object(), "{stored}");
+    assert_eq!(app.get_bytes(&format!("/v1/batches/{a}")).await.1, before, "old started detail, same bytes");
+    // A publish's marker: left out of the stored detail, served from the
+    // batch; kept in it as rows written before issue 14 did: served the same.
+    let committed =
+        format!("SELECT CAST(detail AS TEXT) FROM batch_events WHERE batch_id = '{b}' AND kind = 'committed'");
+    let stored: Value = serde_json::from_str(app.sql_rows(&committed).await[0][0].as_deref().expect("detail")).unwrap();
+    assert_eq!(stored, json!({"state": "published"}));
+    let (_, before) = app.get_bytes(&format!("/v1/batches/{b}")).await;
+    let (_, shown) = app.get(&format!("/v1/batches/{b}")).await;
+    let event = shown["events"].as_array().unwrap().iter().find(|e| e["kind"] == "committed").unwrap().clone();
+    assert_eq!(event["detail"], json!({"state": "published", "marker": shown["marker"]}), "{shown}");
+    let whole = event["detail"].to_string().replace('\'', "''");
+    app.sql(&format!("UPDATE batch_events SET detail = '{whole}' WHERE batch_id = '{b}' AND kind = 'committed'")).await;
+    assert_eq!(app.get_bytes(&format!("/v1/batches/{b}")).await.1, before, "old committed detail, same bytes");
+    served_as_stored(&app, &b).await;
     kinds.sort();
     kinds.dedup();
     let every: Vec<&str> =
