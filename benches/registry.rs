@@ -38,10 +38,13 @@
 //! `BENCH_BACKENDS` (`sqlite,postgres`), `BENCH_WAITERS` (10000),
 //! `BENCH_SECONDS` (each throughput window, 5), `BENCH_SAMPLES` (commit
 //! cycles and list requests per size, 200), `BENCH_IDLE` (seconds of each
-//! idle observation, 10). Sizes are multiples of 1,000 days.
+//! idle observation, 10), `BENCH_ONLY` (`waiters`: only the small registry
+//! and only its long-poll waiters, for working on them). Sizes are multiples
+//! of 1,000 days.
 //!
 //! Run: `cargo bench --bench registry`; a quick run:
-//! `BENCH_BIG=100000 BENCH_WAITERS=1000 cargo bench --bench registry`.
+//! `BENCH_BIG=100000 BENCH_WAITERS=1000 cargo bench --bench registry`; the
+//! waiters alone: `BENCH_ONLY=waiters BENCH_BACKENDS=sqlite cargo bench --bench registry`.
 
 #[path = "common/load.rs"]
 mod load;
@@ -116,6 +119,8 @@ struct Knobs {
     seconds: Duration,
     samples: usize,
     idle: Duration,
+    /// `BENCH_ONLY=waiters`: the small registry's long-poll waiters alone.
+    only_waiters: bool,
 }
 
 fn env_u64(name: &str, default: u64) -> Result<u64> {
@@ -145,6 +150,11 @@ impl Knobs {
             seconds: Duration::from_secs(env_u64("BENCH_SECONDS", 5)?),
             samples: usize::try_from(env_u64("BENCH_SAMPLES", 200)?)?,
             idle: Duration::from_secs(env_u64("BENCH_IDLE", 10)?),
+            only_waiters: match std::env::var("BENCH_ONLY").as_deref() {
+                Err(_) | Ok("") => false,
+                Ok("waiters") => true,
+                Ok(other) => bail!("BENCH_ONLY: {other:?} is not a part this bench runs alone (waiters)"),
+            },
         };
         for size in [knobs.small, knobs.big, knobs.big_pg] {
             ensure!(
@@ -212,6 +222,14 @@ async fn run() -> Result<()> {
     for &backend in &knobs.backends {
         let big = if backend == Backend::Postgres { knobs.big_pg } else { knobs.big };
         let small = measure_size(backend, knobs.small, true, &knobs, bare_addr, bare_pid, &tmp).await?;
+        if knobs.only_waiters {
+            println!();
+            println!("== {} ==  (BENCH_ONLY=waiters)", backend.name());
+            if let Some(w) = &small.waiters {
+                report_waiters(w);
+            }
+            continue;
+        }
         let large = measure_size(backend, big, false, &knobs, bare_addr, bare_pid, &tmp).await?;
         report(backend, &small, &large);
     }
@@ -556,6 +574,10 @@ async fn measure_db(
     let pids: Vec<u32> = services.iter().map(|s| s.pid).chain([bare_pid]).collect();
     let http = reqwest::Client::new();
     let outcome = async {
+        if knobs.only_waiters {
+            f.waiters = Some(waiters(&http, &services, db, datasets - 2, knobs).await?);
+            return anyhow::Ok(());
+        }
         // Commit cycles: restatements of the next-to-last dataset's days, each
         // with one consumer (the last dataset) that lineage marks stale.
         let k = datasets - 2;
@@ -835,8 +857,20 @@ struct Waiters {
     wake_p50: Duration,
     wake_p99: Duration,
     wake_max: Duration,
-    /// Publishes per second, without and with the waiters.
+    /// Publishes per second, each phase [`WAITED_PARTITIONS`] new partitions
+    /// of the same datasets: without waiters, and with them connected of
+    /// the partitions they wait for (each publish answers its waiters).
     publish_rate: (f64, f64),
+    /// Publishes per second with the waiters connected, of partitions
+    /// nobody waits for (same count and kind as above): what a change that
+    /// wakes no waiter costs while they wait.
+    publish_unwaited: f64,
+    /// Readiness lookups (cache hits and misses) during those publishes:
+    /// a waiter woken by a change not its own would make some.
+    lookups_unwaited: u64,
+    /// CPU per publish in microseconds, (publishing service, bench process),
+    /// without waiters, of unwaited partitions, of waited ones.
+    publish_cpu_us: [(f64, f64); 3],
 }
 
 /// A counter of the service's `/metrics`.
@@ -857,16 +891,32 @@ async fn idle_queries(http: &reqwest::Client, base: &str, db: &Db, idle: Duratio
     Ok(((m1 - m0) as u64, x0.zip(x1).map(|(a, b)| b - a - 1)))
 }
 
-/// Publishes one new partition per `(dataset, dt)`, one after another:
-/// when each commit was answered.
-async fn publish(http: &reqwest::Client, base: &str, targets: &[(u64, NaiveDate)]) -> Result<(Vec<Instant>, f64)> {
+/// A run of publishes: when each commit was answered, publishes per second,
+/// and the CPU each publish cost the service (`pid`) and this process (the
+/// publisher and, with waiters, their readers), in microseconds.
+struct Published {
+    at: Vec<Instant>,
+    rate: f64,
+    cpu_us: (f64, f64),
+}
+
+/// Publishes one new partition per `(dataset, dt)`, one after another.
+async fn publish(http: &reqwest::Client, base: &str, pid: u32, targets: &[(u64, NaiveDate)]) -> Result<Published> {
+    let cpu = || load::process_cpu(Some(pid)).zip(load::process_cpu(None));
+    let cpu0 = cpu();
     let began = Instant::now();
     let mut at = Vec::with_capacity(targets.len());
     for (d, dt) in targets {
         cycle(http, base, &format!("t{d}"), &format!("ds{d}"), *dt).await?;
         at.push(Instant::now());
     }
-    Ok((at, targets.len() as f64 / began.elapsed().as_secs_f64()))
+    let rate = targets.len() as f64 / began.elapsed().as_secs_f64();
+    let per = |a: Duration, b: Duration| (b - a).as_secs_f64() * 1e6 / targets.len() as f64;
+    let cpu_us = match (cpu0, cpu()) {
+        (Some((s0, b0)), Some((s1, b1))) => (per(s0, s1), per(b0, b1)),
+        _ => (f64::NAN, f64::NAN),
+    };
+    Ok(Published { at, rate, cpu_us })
 }
 
 /// `knobs.waiters` long-polls (`wait=120`) on [`WAITED_PARTITIONS`]
@@ -887,7 +937,8 @@ async fn waiters(
             .map(|p| Ok((p % datasets, first.checked_add_days(Days::new(p / datasets)).context("date")?)))
             .collect()
     };
-    let (_, rate_alone) = publish(http, &pbase, &targets("2400-01-01", 200)?).await?;
+    // Every publishing phase: as many new partitions of the same datasets.
+    let alone = publish(http, &pbase, publisher.pid, &targets("2400-01-01", WAITED_PARTITIONS)?).await?;
     let rss_idle_mb = rss_mb(waited.pid);
     let (reads0, xacts0) = idle_queries(http, &base, db, knobs.idle).await?;
 
@@ -920,7 +971,11 @@ async fn waiters(
     }
     let rss_waiting_mb = rss_mb(waited.pid);
     let (reads1, xacts1) = idle_queries(http, &base, db, knobs.idle).await?;
-    let (published_at, rate_waiting) = publish(http, &pbase, &waited_on).await?;
+    let lookups0 = lookups(http, &base).await?;
+    let unwaited = publish(http, &pbase, publisher.pid, &targets("2500-01-01", WAITED_PARTITIONS)?).await?;
+    let lookups_unwaited = (lookups(http, &base).await? - lookups0) as u64;
+    let of_waited = publish(http, &pbase, publisher.pid, &waited_on).await?;
+    let published_at = &of_waited.at;
     let rss_waiting_mb = rss_waiting_mb.max(rss_mb(waited.pid));
     let mut wakes = Vec::with_capacity(knobs.waiters);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -948,8 +1003,17 @@ async fn waiters(
         wake_p50: load::percentile(&wakes, 0.5),
         wake_p99: load::percentile(&wakes, 0.99),
         wake_max: Duration::from_micros(u64::from(*wakes.last().unwrap_or(&0))),
-        publish_rate: (rate_alone, rate_waiting),
+        publish_rate: (alone.rate, of_waited.rate),
+        publish_unwaited: unwaited.rate,
+        lookups_unwaited,
+        publish_cpu_us: [alone.cpu_us, unwaited.cpu_us, of_waited.cpu_us],
     })
+}
+
+/// Readiness lookups so far: cache hits and misses of `/ready`.
+async fn lookups(http: &reqwest::Client, base: &str) -> Result<f64> {
+    Ok(metric(http, base, "batchgate_ready_cache_hits_total").await?
+        + metric(http, base, "batchgate_ready_cache_misses_total").await?)
 }
 
 // ---- Report ---------------------------------------------------------------------------
@@ -1106,40 +1170,57 @@ fn report(backend: Backend, s: &Figures, b: &Figures) {
         }
     }
     if let Some(w) = &s.waiters {
-        println!();
-        println!("{} long-poll waiters (wait=120) on {WAITED_PARTITIONS} partitions:", w.count);
-        let grown = w.rss_waiting_mb;
-        println!(
-            "  RSS {:.0} MB idle, {grown:.0} MB with the waiters  goal < 200 MB  {}",
-            w.rss_idle_mb,
-            verdict(grown < WAITER_RSS_GOAL_MB)
-        );
-        let xacts = w
-            .xacts_idle
-            .map_or(String::new(), |(a, b)| format!(", PostgreSQL transactions {a} without / {b} with waiters"));
-        let quiet = w.reads_idle.1 == 0 && w.xacts_idle.is_none_or(|(a, b)| b <= a);
-        println!(
-            "  queries while idle ({} s): readiness reads {} without / {} with waiters{xacts}  goal none  {}",
-            w.idle.as_secs(),
-            w.reads_idle.0,
-            w.reads_idle.1,
-            verdict(quiet)
-        );
-        let in_time = w.answered == w.count && w.wake_max.as_secs_f64() * 1e3 <= WAKE_GOAL_MS;
-        println!(
-            "  answered {}/{}; after their partition's publish: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms  goal all within 1 s  {}",
-            w.answered,
-            w.count,
-            w.wake_p50.as_secs_f64() * 1e3,
-            w.wake_p99.as_secs_f64() * 1e3,
-            w.wake_max.as_secs_f64() * 1e3,
-            verdict(in_time)
-        );
-        let (alone, waiting) = w.publish_rate;
-        println!(
-            "  publishes (start+commit, one client): {alone:.0}/s without, {waiting:.0}/s with the waiters ({:.2}x)  goal unchanged (>= 0.8x)  {}",
-            waiting / alone,
-            verdict(waiting / alone >= PUBLISH_SHARE_GOAL)
-        );
+        report_waiters(w);
     }
+}
+
+/// The long-poll waiters' figures against the goals.
+fn report_waiters(w: &Waiters) {
+    println!();
+    println!("{} long-poll waiters (wait=120) on {WAITED_PARTITIONS} partitions:", w.count);
+    let grown = w.rss_waiting_mb;
+    println!(
+        "  RSS {:.0} MB idle, {grown:.0} MB with the waiters  goal < 200 MB  {}",
+        w.rss_idle_mb,
+        verdict(grown < WAITER_RSS_GOAL_MB)
+    );
+    let xacts = w
+        .xacts_idle
+        .map_or(String::new(), |(a, b)| format!(", PostgreSQL transactions {a} without / {b} with waiters"));
+    let quiet = w.reads_idle.1 == 0 && w.xacts_idle.is_none_or(|(a, b)| b <= a);
+    println!(
+        "  queries while idle ({} s): readiness reads {} without / {} with waiters{xacts}  goal none  {}",
+        w.idle.as_secs(),
+        w.reads_idle.0,
+        w.reads_idle.1,
+        verdict(quiet)
+    );
+    let in_time = w.answered == w.count && w.wake_max.as_secs_f64() * 1e3 <= WAKE_GOAL_MS;
+    println!(
+        "  answered {}/{}; after their partition's publish: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms  goal all within 1 s  {}",
+        w.answered,
+        w.count,
+        w.wake_p50.as_secs_f64() * 1e3,
+        w.wake_p99.as_secs_f64() * 1e3,
+        w.wake_max.as_secs_f64() * 1e3,
+        verdict(in_time)
+    );
+    let (alone, waiting) = w.publish_rate;
+    println!(
+        "  publishes (start+commit, one client): {alone:.0}/s without, {waiting:.0}/s with the waiters ({:.2}x)  goal unchanged (>= 0.8x)  {}",
+        waiting / alone,
+        verdict(waiting / alone >= PUBLISH_SHARE_GOAL)
+    );
+    let unwaited = w.publish_unwaited;
+    println!(
+        "  publishes of partitions nobody waits for: {alone:.0}/s without, {unwaited:.0}/s with the waiters connected ({:.2}x; readiness lookups meanwhile {})  goal unchanged (>= 0.8x)  {}",
+        unwaited / alone,
+        w.lookups_unwaited,
+        verdict(unwaited / alone >= PUBLISH_SHARE_GOAL)
+    );
+    let [a, u, w] = w.publish_cpu_us;
+    println!(
+        "  CPU per publish, publishing service / bench process (its waiters' readers included): without {:.0}/{:.0} µs, nobody's partitions {:.0}/{:.0} µs, waited partitions {:.0}/{:.0} µs",
+        a.0, a.1, u.0, u.1, w.0, w.1
+    );
 }

@@ -195,6 +195,15 @@ impl CpuTicks {
     }
 }
 
+/// CPU time (user and system, every thread) `pid` has used so far, or this
+/// process's with `None`; at the kernel's tick (10 ms here).
+pub fn process_cpu(pid: Option<u32>) -> Option<Duration> {
+    let path = pid.map_or_else(|| "/proc/self/stat".to_owned(), |p| format!("/proc/{p}/stat"));
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok().filter(|&hz| hz > 0)?;
+    Some(Duration::from_micros(process_ticks(&path)? * 1_000_000 / hz))
+}
+
 /// utime + stime of one process.
 fn process_ticks(path: &str) -> Option<u64> {
     // After the command name: state is field 3, utime 14, stime 15.
