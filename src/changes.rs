@@ -30,6 +30,18 @@ impl Change {
     }
 }
 
+/// Whether a change may answer a long-poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// It may make partitions ready or rejected: wake their waiters.
+    Waiters,
+    /// It only makes partitions not ready (a start makes them `running`),
+    /// which answers no long-poll: the cache forgets them, no waiter is
+    /// woken. A waiter still asleep at its deadline looks again then, so
+    /// its answer says how things stand at the end.
+    Nobody,
+}
+
 /// What a long-poll waits for.
 #[derive(Debug, Clone)]
 pub enum Interest {
@@ -200,6 +212,15 @@ impl ChangeHub {
 
     /// A committed change: invalidate, then wake waiters.
     pub fn publish(&self, change: Change) {
+        self.apply(change, Wake::Waiters);
+    }
+
+    /// A committed change: invalidate, then wake its waiters if it may
+    /// answer them. A start wakes nobody: waking the waiters of every
+    /// partition a publisher starts cost each of them a look (and the
+    /// partition a database read) that could only find it still not ready,
+    /// as much again as the wake that answers them at the commit.
+    pub fn apply(&self, change: Change, wake: Wake) {
         {
             let mut c = self.cache.write().expect("cache lock");
             c.generation += 1;
@@ -221,7 +242,9 @@ impl ChangeHub {
                 }
             }
         }
-        self.wake(Some(&change));
+        if wake == Wake::Waiters {
+            self.wake(Some(&change));
+        }
     }
 
     /// Changes may have been missed: drop the cache, stop caching until
@@ -415,6 +438,21 @@ mod tests {
         assert!(woken(&on_a1) && woken(&on_a2) && !woken(&on_other), "a dataset-wide change wakes its waiters");
         hub.suspend();
         assert!(woken(&on_a1) && woken(&on_a2) && woken(&on_other) && woken(&on_all), "a resync wakes everyone");
+    }
+
+    #[test]
+    fn a_change_that_answers_no_wait_evicts_but_wakes_nobody() {
+        let hub = ChangeHub::new(true);
+        let on_a1 = hub.watch(partitions("d", &["a=1"]));
+        let on_all = hub.watch(Interest::Everything);
+        let g = hub.generation();
+        hub.fill_partition(g, "d", "a=1", None);
+        hub.apply(Change { dataset: "d".into(), partitions: Some(vec!["a=1".into()]) }, Wake::Nobody);
+        assert_eq!(hub.cached_partition("d", "a=1"), None, "the cache forgets the partition");
+        assert_ne!(hub.generation(), g, "a read from before the change fills nothing");
+        assert!(!woken(&on_a1) && !woken(&on_all), "nobody is woken");
+        hub.apply(Change { dataset: "d".into(), partitions: Some(vec!["a=1".into()]) }, Wake::Waiters);
+        assert!(woken(&on_a1) && woken(&on_all));
     }
 
     #[test]

@@ -507,7 +507,9 @@ async fn long_poll(app: &AppState, target: &Target, until: Until, deadline: Inst
         tokio::select! {
             woken = tokio::time::timeout_at(deadline, watch.changed()) => {
                 if woken.is_err() {
-                    return answer;
+                    // A start wakes nobody (`Wake::Nobody`): look once
+                    // more, so that the answer is not from before it.
+                    return Box::pin(evaluate_or_unavailable(app, target)).await;
                 }
             }
             () = app.stopping.wait() => return shutting_down(),

@@ -409,8 +409,9 @@ impl SqlStore {
         )
         .await?;
 
-        self.finish(tx, vec![Change { dataset: dataset.to_owned(), partitions: Some(changed.into_iter().collect()) }])
-            .await?;
+        // Running is not ready: no long-poll is answered by a start.
+        let change = Change { dataset: dataset.to_owned(), partitions: Some(changed.into_iter().collect()) };
+        self.finish_unready(tx, vec![change]).await?;
         for decided in &abandoned {
             self.metrics.decided(decided);
         }

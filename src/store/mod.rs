@@ -46,7 +46,7 @@ pub use retention::{Pruned, PRUNE_BATCH};
 pub use staleness::CONSUMERS_SQL;
 pub use tokens::{AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOKENS_CHANGED};
 
-use crate::changes::{Change, ChangeHub};
+use crate::changes::{Change, ChangeHub, Wake};
 use crate::clock::Clock;
 use crate::domain::batch::{BatchState, FailCategory, FailStage, Trigger};
 use crate::domain::checks::CheckName;
@@ -359,9 +359,22 @@ impl SqlStore {
     /// the transaction (delivered only if it commits), and the answer waits
     /// until each live replica has applied them.
     async fn finish(&self, tx: Tx, changes: Vec<Change>) -> Result<()> {
+        self.finish_waking(tx, changes, Wake::Waiters).await
+    }
+
+    /// [`SqlStore::finish`] for changes that only make partitions not ready
+    /// (a start): they wake no long-poll (see [`Wake::Nobody`]). On
+    /// PostgreSQL only the publish to this replica's hub knows that: every
+    /// replica, this one included, also hears the change through `NOTIFY`,
+    /// which does not carry it, and wakes its waiters as for any change.
+    async fn finish_unready(&self, tx: Tx, changes: Vec<Change>) -> Result<()> {
+        self.finish_waking(tx, changes, Wake::Nobody).await
+    }
+
+    async fn finish_waking(&self, tx: Tx, changes: Vec<Change>, wake: Wake) -> Result<()> {
         let mut tx = match tx {
             // The lane publishes after its group's COMMIT.
-            Tx::Sqlite(t) => return Ok(t.commit(changes).await?),
+            Tx::Sqlite(t) => return Ok(t.commit_waking(changes, wake).await?),
             tx => tx,
         };
         let token = match (&mut tx, &self.acks) {
@@ -384,7 +397,7 @@ impl SqlStore {
             return Err(e.into());
         }
         for c in changes {
-            self.hub.publish(c);
+            self.hub.apply(c, wake);
         }
         if let (Some(t), Some(acks)) = (&token, &self.acks) {
             acks.wait(t).await;

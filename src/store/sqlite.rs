@@ -36,7 +36,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{oneshot, Mutex, OwnedMutexGuard};
 
 use super::DbOptions;
-use crate::changes::{Change, ChangeHub};
+use crate::changes::{Change, ChangeHub, Wake};
 
 pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<SqlitePool> {
     let options = SqliteConnectOptions::from_str(url)?
@@ -102,6 +102,7 @@ struct Group {
 
 struct Member {
     changes: Vec<Change>,
+    wake: Wake,
     reply: oneshot::Sender<sqlx::Result<()>>,
 }
 
@@ -217,7 +218,7 @@ impl Lane {
             Ok(()) => {
                 for m in &group.members {
                     for c in &m.changes {
-                        self.hub.publish(c.clone());
+                        self.hub.apply(c.clone(), m.wake);
                     }
                 }
             }
@@ -358,11 +359,18 @@ impl WriteTx {
 
     /// Commits this writer's work with its group, then publishes `changes`
     /// (after the `COMMIT`, whether or not this request still waits).
-    pub(crate) async fn commit(mut self, changes: Vec<Change>) -> sqlx::Result<()> {
+    pub(crate) async fn commit(self, changes: Vec<Change>) -> sqlx::Result<()> {
+        self.commit_waking(changes, Wake::Waiters).await
+    }
+
+    /// Commits this writer's work with its group, then applies `changes` to
+    /// the hub, waking their waiters as `wake` says (after the `COMMIT`,
+    /// whether or not this request still waits).
+    pub(crate) async fn commit_waking(mut self, changes: Vec<Change>, wake: Wake) -> sqlx::Result<()> {
         let guard = self.guard.take().expect("an open write");
         let (reply, result) = oneshot::channel();
         let lane = self.lane.clone();
-        spawn_or_drop(guard, move |guard| async move { lane.release(guard, Member { changes, reply }).await });
+        spawn_or_drop(guard, move |guard| async move { lane.release(guard, Member { changes, wake, reply }).await });
         result.await.unwrap_or_else(|_| Err(stopped()))
     }
 }

@@ -13,7 +13,18 @@ on_both_backends!(
     a_long_poll_times_out_with_not_ready,
     a_long_poll_over_several_partitions_waits_for_all,
     a_long_poll_until_ready_or_rejected_returns_on_a_rejection,
+    a_long_poll_that_times_out_after_a_start_says_running,
 );
+
+/// Readiness lookups so far (cache hits and misses): each time a long-poll
+/// looks at its partitions adds one per partition.
+async fn lookups(app: &TestApp) -> f64 {
+    let text = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    ["batchgate_ready_cache_hits_total ", "batchgate_ready_cache_misses_total "]
+        .iter()
+        .map(|name| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0))
+        .sum()
+}
 
 /// Starts a waiter on `waiter`, publishes through `writer`, and returns how
 /// long after the commit's response the waiter answered.
@@ -116,4 +127,43 @@ async fn a_change_through_one_instance_is_seen_at_once_on_another() {
         let (status, body) = reader.ready("d.ryw", &[&p]).await;
         assert_eq!(status, StatusCode::OK, "round {round}: the reader answered from before the commit: {body}");
     }
+}
+
+/// A start makes its partitions `running`, which answers no long-poll: the
+/// waiters of a partition being produced are woken once, by the publish,
+/// not also by the start to find it still not ready. SQLite only: on
+/// PostgreSQL every replica, this one included, hears the start through
+/// `NOTIFY`, which does not say that it wakes nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_wakes_no_long_poll() {
+    let app = TestApp::spawn(Backend::Sqlite).await.expect("SQLite always runs");
+    let url = format!("{}/ready?dataset=d.quiet&partition=dt%3D2026-08-24&wait=20", app.base);
+    let client = app.client.clone();
+    let poll = tokio::spawn(async move { client.get(url).send().await.unwrap().status() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!poll.is_finished(), "no batch yet: the long-poll waits");
+    let looked = lookups(&app).await;
+    let id = app.start_ok("t", "d.quiet", "2026-08-24", &["dt=2026-08-24"]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(lookups(&app).await, looked, "the start did not make the waiter look again");
+    assert!(!poll.is_finished());
+    app.commit(&id, &clean("dt=2026-08-24", 10)).await;
+    assert_eq!(tokio::time::timeout(Duration::from_secs(5), poll).await.unwrap().unwrap(), StatusCode::OK);
+    assert_eq!(lookups(&app).await, looked + 1.0, "the publish woke it to one look, and it answered");
+}
+
+/// Not woken by a start, a long-poll still answers its deadline with the
+/// partition's standing then, not the one it found when it began.
+async fn a_long_poll_that_times_out_after_a_start_says_running(app: TestApp) {
+    let url = format!("{}/ready?dataset=d.late&partition=dt%3D2026-08-24&wait=1", app.base);
+    let client = app.client.clone();
+    let poll = tokio::spawn(async move {
+        let r = client.get(url).send().await.unwrap();
+        (r.status(), r.json::<serde_json::Value>().await.unwrap())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!poll.is_finished());
+    app.start_ok("t", "d.late", "2026-08-24", &["dt=2026-08-24"]).await;
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll).await.expect("answered").unwrap();
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("running")), "{body}");
 }
