@@ -817,13 +817,15 @@ async fn pgbench(db: &Db, clients: usize, seconds: Duration, first: &str, last: 
     let mut c = PgConnection::connect(&db.url).await?;
     c.execute("CREATE TABLE IF NOT EXISTS bench_probe (id BIGSERIAL PRIMARY KEY, k BIGINT NOT NULL, v INT NOT NULL)")
         .await?;
+    // Each run starts from the same empty table.
+    c.execute("TRUNCATE bench_probe").await?;
     c.close().await?;
     let script = tempfile::NamedTempFile::new()?;
     std::fs::write(
         script.path(),
         format!(
-            "\\set k random(1, 1000000000)\nBEGIN;\n{first}INSERT INTO bench_probe (k, v) VALUES (:k, 0);\n\
-             UPDATE bench_probe SET v = v + 1 WHERE id = currval('bench_probe_id_seq');\n{last}END;\n"
+            "\\set k random(1, 1000000000)\nBEGIN;\n{first}INSERT INTO bench_probe (k, v) VALUES (:k, 0) RETURNING id \\gset\n\
+             UPDATE bench_probe SET v = v + 1 WHERE id = :id;\n{last}END;\n"
         ),
     )?;
     let out = Command::new("pgbench")
