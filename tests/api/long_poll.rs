@@ -26,6 +26,15 @@ async fn lookups(app: &TestApp) -> f64 {
         .sum()
 }
 
+/// `GET path` (a long-poll) from a task of its own: its status and body.
+fn wait_in_background(app: &TestApp, path: &str) -> tokio::task::JoinHandle<(StatusCode, serde_json::Value)> {
+    let (client, url) = (app.client.clone(), format!("{}{path}", app.base));
+    tokio::spawn(async move {
+        let r = client.get(url).send().await.unwrap();
+        (r.status(), r.json::<serde_json::Value>().await.unwrap())
+    })
+}
+
 /// Starts a waiter on `waiter`, publishes through `writer`, and returns how
 /// long after the commit's response the waiter answered.
 async fn publish_while_waiting(waiter: &TestApp, writer: &TestApp) -> Duration {
@@ -96,12 +105,8 @@ async fn a_long_poll_on_one_instance_hears_a_publish_through_another() {
 
 async fn a_long_poll_until_ready_or_rejected_returns_on_a_rejection(app: TestApp) {
     let id = app.start_ok("t", "d.rej", "2026-08-24", &["dt=2026-08-24"]).await;
-    let url = format!("{}/ready?dataset=d.rej&partition=dt%3D2026-08-24&wait=20&until=ready_or_rejected", app.base);
-    let client = app.client.clone();
-    let poll = tokio::spawn(async move {
-        let r = client.get(url).send().await.unwrap();
-        (r.status(), r.json::<serde_json::Value>().await.unwrap())
-    });
+    let poll =
+        wait_in_background(&app, "/ready?dataset=d.rej&partition=dt%3D2026-08-24&wait=20&until=ready_or_rejected");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!poll.is_finished());
     let bad = serde_json::json!({"marker": "m", "partitions": [{"partition": "dt=2026-08-24", "rows_written": 1, "row_count": 2}]});
@@ -155,12 +160,7 @@ async fn a_start_wakes_no_long_poll() {
 /// Not woken by a start, a long-poll still answers its deadline with the
 /// partition's standing then, not the one it found when it began.
 async fn a_long_poll_that_times_out_after_a_start_says_running(app: TestApp) {
-    let url = format!("{}/ready?dataset=d.late&partition=dt%3D2026-08-24&wait=1", app.base);
-    let client = app.client.clone();
-    let poll = tokio::spawn(async move {
-        let r = client.get(url).send().await.unwrap();
-        (r.status(), r.json::<serde_json::Value>().await.unwrap())
-    });
+    let poll = wait_in_background(&app, "/ready?dataset=d.late&partition=dt%3D2026-08-24&wait=1");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!poll.is_finished());
     app.start_ok("t", "d.late", "2026-08-24", &["dt=2026-08-24"]).await;
