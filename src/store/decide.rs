@@ -177,26 +177,17 @@ impl SqlStore {
     /// briefly unavailable), and then answered 503 `answer_unavailable`,
     /// which says the decision stands and the same request gets its answer.
     async fn record_decision(&self, batch_id: &str) -> Result<Decision> {
-        let mut attempt = 1;
-        loop {
-            match self.read_decision(batch_id).await {
-                Ok(decision) => return Ok(decision),
-                Err(e) if attempt < READ_BACK_ATTEMPTS => {
-                    tracing::warn!(error = %e, batch_id, attempt, "cannot read back a decision just stored; trying again");
-                    tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt))).await;
-                    attempt += 1;
-                }
-                Err(e) => {
-                    return Err(Error::Unanswered {
-                        message: format!(
-                            "batch {batch_id} was decided and the decision is stored, but reading its answer back \
-                             failed; repeat the same request to get it"
-                        ),
-                        cause: format!("{e:?}"),
-                    })
-                }
-            }
-        }
+        let pause = |attempt: u32| std::time::Duration::from_millis(50 * u64::from(attempt));
+        let what = "cannot read back a decision just stored";
+        super::with_attempts(what, READ_BACK_ATTEMPTS, |_| true, pause, || self.read_decision(batch_id)).await.map_err(
+            |e| Error::Unanswered {
+                message: format!(
+                    "batch {batch_id} was decided and the decision is stored, but reading its answer back \
+                     failed; repeat the same request to get it"
+                ),
+                cause: format!("{e:?}"),
+            },
+        )
     }
 
     async fn read_decision(&self, batch_id: &str) -> Result<Decision> {

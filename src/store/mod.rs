@@ -444,14 +444,29 @@ const WRITE_ATTEMPTS: u32 = 4;
 /// again from the start is safe, and the request is answered as if nothing
 /// had happened instead of with a 500. (On PostgreSQL two writers can meet
 /// row against row, see `postgres::begin_write`; SQLite has one writer.)
-async fn retrying<T, F: std::future::Future<Output = Result<T>>>(mut write: impl FnMut() -> F) -> Result<T> {
+async fn retrying<T, F: std::future::Future<Output = Result<T>>>(write: impl FnMut() -> F) -> Result<T> {
+    // The other writer is finishing: a short, growing pause lets it.
+    let pause = |attempt: u32| std::time::Duration::from_millis(5 << attempt);
+    let what = "the database refused a write to break a deadlock";
+    with_attempts(what, WRITE_ATTEMPTS, crate::error::Error::is_retryable, pause, write).await
+}
+
+/// Runs `op` up to `attempts` times in all: again after an error `again`
+/// accepts, `pause(attempt)` later, saying `what` happened in the log. The
+/// last answer is returned.
+pub(super) async fn with_attempts<T, F: std::future::Future<Output = Result<T>>>(
+    what: &str,
+    attempts: u32,
+    again: impl Fn(&crate::error::Error) -> bool,
+    pause: impl Fn(u32) -> std::time::Duration,
+    mut op: impl FnMut() -> F,
+) -> Result<T> {
     let mut attempt = 1;
     loop {
-        match write().await {
-            Err(e) if e.is_retryable() && attempt < WRITE_ATTEMPTS => {
-                tracing::warn!(error = %e, attempt, "the database refused a write to break a deadlock; running it again");
-                // The other writer is finishing: a short, growing pause lets it.
-                tokio::time::sleep(std::time::Duration::from_millis(5 << attempt)).await;
+        match op().await {
+            Err(e) if attempt < attempts && again(&e) => {
+                tracing::warn!(error = %e, attempt, "{what}; trying again");
+                tokio::time::sleep(pause(attempt)).await;
                 attempt += 1;
             }
             answer => return answer,
