@@ -88,7 +88,9 @@ impl CheckStatus {
 
 /// One check's outcome, as the API reports it.
 // It reads from the form the API shows (and the registry stored until issue
-// 14) and from its stored form, [`Compact`].
+// 14) and from [`Compact`]'s; checks stored without what their batch's
+// record gives back ([`Stored`]) read as [`StoredCheck`]s and are rebuilt
+// with the record ([`rebuild`]).
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CheckResult {
     pub name: CheckName,
@@ -132,8 +134,9 @@ impl<'de> Deserialize<'de> for CheckResult {
     }
 }
 
-/// The checks as the registry stores them (`batches.checks`, since issue
-/// 14): each one an array `[code, observed, expected, message, partition]`,
+/// The checks as the registry stored them after issue 14 first made them
+/// smaller (and as [`Stored`] still stores a check it cannot leave
+/// anything out of): each one an array `[code, observed, expected, message, partition]`,
 /// where `code` is the name's place in [`CheckName`] × 8 + the status's in
 /// [`CheckStatus`] × 2 + 1 if it blocks, `message` is 0 when it is the one
 /// [`usual_message`] writes for that outcome, and `partition` is left out
@@ -288,10 +291,31 @@ pub fn failed(checks: &[CheckResult]) -> impl Iterator<Item = &CheckResult> {
 }
 
 /// A check's raw outcome before the tier decides whether it blocks.
+#[derive(Debug, Clone, PartialEq)]
 enum Outcome {
     Pass(String),
     Fail(String),
     Skipped(String),
+}
+
+impl Outcome {
+    fn message(&self) -> &str {
+        match self {
+            Outcome::Pass(m) | Outcome::Fail(m) | Outcome::Skipped(m) => m,
+        }
+    }
+}
+
+/// What one check found: what it shows and how it came out, before the tier
+/// says whether a failure blocks. Each check is one function below making
+/// it from the evidence and what the check needs of the policy and the
+/// history; [`evaluate`] runs them over a commit, and a stored check is
+/// rebuilt with the same function from its batch's record ([`Stored`]).
+#[derive(Debug, Clone, PartialEq)]
+struct Found {
+    observed: Value,
+    expected: Value,
+    outcome: Outcome,
 }
 
 struct Builder<'a> {
@@ -300,15 +324,9 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn push(
-        &mut self,
-        name: CheckName,
-        partition: Option<&PartitionSpec>,
-        observed: Value,
-        expected: Value,
-        outcome: Outcome,
-    ) {
+    fn push(&mut self, name: CheckName, partition: Option<&PartitionSpec>, found: Found) {
         let blocking = self.policy.tier.blocks(name);
+        let Found { observed, expected, outcome } = found;
         let (status, message) = match outcome {
             Outcome::Pass(m) => (CheckStatus::Pass, m),
             Outcome::Skipped(m) => (CheckStatus::Skipped, m),
@@ -357,280 +375,616 @@ pub fn evaluate(
     evidence: &CommitEvidence,
 ) -> Verdict {
     let mut b = Builder { policy, checks: Vec::new() };
-
-    // 1. marker_present
-    let marker = evidence.marker.trim();
+    b.push(CheckName::MarkerPresent, None, marker_present(&evidence.marker));
+    let reported: Vec<&PartitionSpec> = evidence.partitions.iter().map(|p| &p.partition).collect();
+    b.push(CheckName::PartitionsComplete, None, partitions_complete(declared, &reported));
+    for p in &evidence.partitions {
+        let spec = Some(&p.partition);
+        let hist = history.get(&p.partition).cloned().unwrap_or_default();
+        b.push(CheckName::RowsMatchWritten, spec, rows_match_written(p, policy.write_mode, hist.published_row_count));
+        b.push(CheckName::UniqueKeys, spec, unique_keys(p));
+        b.push(CheckName::NullKeys, spec, null_keys(p));
+        b.push(CheckName::NonEmpty, spec, non_empty(p, policy.allow_empty));
+        let baseline = median(&hist.baseline);
+        let volume = volume_vs_baseline(p.row_count, baseline, hist.baseline.len(), policy.max_volume_change);
+        b.push(CheckName::VolumeVsBaseline, spec, volume);
+    }
     b.push(
-        CheckName::MarkerPresent,
+        CheckName::SourceReconciliation,
         None,
-        json!(evidence.marker),
-        json!("a non-empty completion marker"),
-        if marker.is_empty() {
+        source_reconciliation(evidence.source.as_ref(), &evidence.partitions),
+    );
+    let passed = !b.checks.iter().any(|c| c.status == CheckStatus::Fail);
+    Verdict { passed, checks: b.checks }
+}
+
+// What each check finds. Stored checks are rebuilt with these functions
+// (see [`Stored`]): what one of them makes of given inputs must not change
+// without keeping how rows stored before read.
+
+/// Check 1, `marker_present`: a non-blank completion marker.
+fn marker_present(marker: &str) -> Found {
+    Found {
+        observed: json!(marker),
+        expected: json!("a non-empty completion marker"),
+        outcome: if marker.trim().is_empty() {
             Outcome::Fail("no completion marker was given".into())
         } else {
             Outcome::Pass("completion marker present".into())
         },
-    );
+    }
+}
 
-    // 2. partitions_complete
+/// Check 2, `partitions_complete`: every declared partition reported, once, and
+/// nothing else.
+fn partitions_complete(declared: &[PartitionSpec], reported: &[&PartitionSpec]) -> Found {
     let declared_set: BTreeSet<&PartitionSpec> = declared.iter().collect();
     let mut seen = BTreeSet::new();
-    let duplicated: Vec<String> =
-        evidence.partitions.iter().filter(|p| !seen.insert(&p.partition)).map(|p| p.partition.to_string()).collect();
+    let duplicated: Vec<String> = reported.iter().filter(|p| !seen.insert(**p)).map(|p| p.to_string()).collect();
     let missing: Vec<String> = declared_set.difference(&seen).map(|p| p.to_string()).collect();
     let unexpected: Vec<String> = seen.difference(&declared_set).map(|p| p.to_string()).collect();
     let complete = missing.is_empty() && unexpected.is_empty() && duplicated.is_empty();
-    b.push(
-        CheckName::PartitionsComplete,
-        None,
-        json!({"reported": evidence.partitions.len(), "missing": missing, "unexpected": unexpected, "duplicated": duplicated}),
-        json!({"declared": declared.len()}),
-        if complete {
-            Outcome::Pass(format!("all {} declared partitions reported", declared.len()))
-        } else {
-            Outcome::Fail(format!(
-                "{} of {} declared partitions reported; missing {:?}, unexpected {:?}, duplicated {:?}",
-                declared_set.intersection(&seen).count(),
-                declared.len(),
-                missing,
-                unexpected,
-                duplicated
-            ))
+    let outcome = if complete {
+        Outcome::Pass(format!("all {} declared partitions reported", declared.len()))
+    } else {
+        Outcome::Fail(format!(
+            "{} of {} declared partitions reported; missing {:?}, unexpected {:?}, duplicated {:?}",
+            declared_set.intersection(&seen).count(),
+            declared.len(),
+            missing,
+            unexpected,
+            duplicated
+        ))
+    };
+    Found {
+        observed: json!({"reported": reported.len(), "missing": missing, "unexpected": unexpected, "duplicated": duplicated}),
+        expected: json!({"declared": declared.len()}),
+        outcome,
+    }
+}
+
+/// Check 3, `rows_match_written`: the partition holds the rows the batch accounts
+/// for under the write mode (`published`: the published version's count).
+fn rows_match_written(p: &PartitionEvidence, write_mode: WriteMode, published: Option<i64>) -> Found {
+    let observed = json!(p.row_count);
+    // `Some(None)`: the rows the batch accounts for exceed i64.
+    let expected_rows = match write_mode {
+        WriteMode::OverwritePartition | WriteMode::DeleteInsertByBatch => Some(Some(p.rows_written)),
+        WriteMode::Append => Some(published.unwrap_or(0).checked_add(p.rows_written)),
+        WriteMode::Merge => None,
+    };
+    match expected_rows {
+        Some(None) => Found {
+            observed,
+            expected: Value::Null,
+            outcome: Outcome::Fail(format!(
+                "the published {} rows plus the {} rows written exceed {} and cannot be represented",
+                published.unwrap_or(0),
+                p.rows_written,
+                i64::MAX
+            )),
         },
-    );
-
-    for p in &evidence.partitions {
-        let spec = Some(&p.partition);
-        let hist = history.get(&p.partition).cloned().unwrap_or_default();
-
-        // 3. rows_match_written
-        // `Some(None)`: the rows the batch accounts for exceed i64.
-        let expected_rows = match policy.write_mode {
-            WriteMode::OverwritePartition | WriteMode::DeleteInsertByBatch => Some(Some(p.rows_written)),
-            WriteMode::Append => Some(hist.published_row_count.unwrap_or(0).checked_add(p.rows_written)),
-            WriteMode::Merge => None,
-        };
-        match expected_rows {
-            Some(None) => b.push(
-                CheckName::RowsMatchWritten,
-                spec,
-                json!(p.row_count),
-                Value::Null,
+        None => Found {
+            observed,
+            expected: Value::Null,
+            outcome: Outcome::Skipped(
+                "merge writes update rows in place; row_count is not derived from rows_written".into(),
+            ),
+        },
+        Some(Some(exp)) => Found {
+            observed,
+            expected: json!(exp),
+            outcome: if p.row_count == exp {
+                Outcome::Pass(format!("partition holds the {exp} rows the batch accounts for"))
+            } else {
                 Outcome::Fail(format!(
-                    "the published {} rows plus the {} rows written exceed {} and cannot be represented",
-                    hist.published_row_count.unwrap_or(0),
-                    p.rows_written,
-                    i64::MAX
-                )),
-            ),
-            None => b.push(
-                CheckName::RowsMatchWritten,
-                spec,
-                json!(p.row_count),
-                Value::Null,
-                Outcome::Skipped(
-                    "merge writes update rows in place; row_count is not derived from rows_written".into(),
-                ),
-            ),
-            Some(Some(exp)) => b.push(
-                CheckName::RowsMatchWritten,
-                spec,
-                json!(p.row_count),
-                json!(exp),
-                if p.row_count == exp {
-                    Outcome::Pass(format!("partition holds the {exp} rows the batch accounts for"))
-                } else {
-                    Outcome::Fail(format!(
-                        "partition holds {} rows but the batch accounts for {exp} ({}): {} rows are {}",
-                        p.row_count,
-                        policy.write_mode,
-                        (p.row_count - exp).abs(),
-                        if p.row_count > exp { "extra (leftovers of an earlier attempt?)" } else { "missing" }
-                    ))
-                },
-            ),
-        }
+                    "partition holds {} rows but the batch accounts for {exp} ({}): {} rows are {}",
+                    p.row_count,
+                    write_mode,
+                    (p.row_count - exp).abs(),
+                    if p.row_count > exp { "extra (leftovers of an earlier attempt?)" } else { "missing" }
+                ))
+            },
+        },
+    }
+}
 
-        // 4. unique_keys
-        match p.distinct_keys {
-            None => b.push(
-                CheckName::UniqueKeys,
-                spec,
-                Value::Null,
-                json!(p.row_count),
-                Outcome::Skipped("distinct_keys not reported".into()),
-            ),
-            Some(d) => b.push(
-                CheckName::UniqueKeys,
-                spec,
-                json!(d),
-                json!(p.row_count),
-                if d == p.row_count {
-                    Outcome::Pass("every row has its own key".into())
-                } else {
-                    Outcome::Fail(format!(
-                        "{d} distinct keys over {} rows: {} duplicate rows",
-                        p.row_count,
-                        p.row_count - d
-                    ))
-                },
-            ),
-        }
+/// Check 4, `unique_keys`: as many distinct keys as rows.
+fn unique_keys(p: &PartitionEvidence) -> Found {
+    match p.distinct_keys {
+        None => Found {
+            observed: Value::Null,
+            expected: json!(p.row_count),
+            outcome: Outcome::Skipped("distinct_keys not reported".into()),
+        },
+        Some(d) => Found {
+            observed: json!(d),
+            expected: json!(p.row_count),
+            outcome: if d == p.row_count {
+                Outcome::Pass("every row has its own key".into())
+            } else {
+                Outcome::Fail(format!(
+                    "{d} distinct keys over {} rows: {} duplicate rows",
+                    p.row_count,
+                    p.row_count - d
+                ))
+            },
+        },
+    }
+}
 
-        // 5. null_keys
-        match p.null_keys {
-            None => b.push(
-                CheckName::NullKeys,
-                spec,
-                Value::Null,
-                json!(0),
-                Outcome::Skipped("null_keys not reported".into()),
-            ),
-            Some(n) => b.push(
-                CheckName::NullKeys,
-                spec,
-                json!(n),
-                json!(0),
-                if n == 0 {
-                    Outcome::Pass("no null keys".into())
-                } else {
-                    Outcome::Fail(format!("{n} rows have a null key"))
-                },
-            ),
-        }
+/// Check 5, `null_keys`: no row without a key.
+fn null_keys(p: &PartitionEvidence) -> Found {
+    match p.null_keys {
+        None => Found {
+            observed: Value::Null,
+            expected: json!(0),
+            outcome: Outcome::Skipped("null_keys not reported".into()),
+        },
+        Some(n) => Found {
+            observed: json!(n),
+            expected: json!(0),
+            outcome: if n == 0 {
+                Outcome::Pass("no null keys".into())
+            } else {
+                Outcome::Fail(format!("{n} rows have a null key"))
+            },
+        },
+    }
+}
 
-        // 6. non_empty
-        if policy.allow_empty {
-            b.push(
-                CheckName::NonEmpty,
-                spec,
-                json!(p.row_count),
-                Value::Null,
-                Outcome::Skipped("the dataset allows empty partitions".into()),
-            );
+/// Check 6, `non_empty`: rows, unless the dataset allows empty partitions.
+fn non_empty(p: &PartitionEvidence, allow_empty: bool) -> Found {
+    if allow_empty {
+        return Found {
+            observed: json!(p.row_count),
+            expected: Value::Null,
+            outcome: Outcome::Skipped("the dataset allows empty partitions".into()),
+        };
+    }
+    Found {
+        observed: json!(p.row_count),
+        expected: json!("> 0"),
+        outcome: if p.row_count > 0 {
+            Outcome::Pass("partition has rows".into())
         } else {
-            b.push(
-                CheckName::NonEmpty,
-                spec,
-                json!(p.row_count),
-                json!("> 0"),
-                if p.row_count > 0 {
-                    Outcome::Pass("partition has rows".into())
-                } else {
-                    Outcome::Fail("partition is empty".into())
-                },
-            );
-        }
+            Outcome::Fail("partition is empty".into())
+        },
+    }
+}
 
-        // 7. volume_vs_baseline
-        match median(&hist.baseline) {
-            None => b.push(
-                CheckName::VolumeVsBaseline,
-                spec,
-                json!(p.row_count),
-                Value::Null,
-                Outcome::Skipped("no published history on earlier dates".into()),
-            ),
-            Some(0.0) => b.push(
-                CheckName::VolumeVsBaseline,
-                spec,
-                json!(p.row_count),
-                json!({"baseline": 0, "periods": hist.baseline.len()}),
-                if p.row_count == 0 {
-                    Outcome::Pass("empty, as the baseline".into())
+/// Check 7, `volume_vs_baseline`: the row count within `max_change` of the
+/// median (`baseline`) of the same partition's counts on `periods` earlier
+/// dates.
+fn volume_vs_baseline(row_count: i64, baseline: Option<f64>, periods: usize, max_change: f64) -> Found {
+    match baseline {
+        None => Found {
+            observed: json!(row_count),
+            expected: Value::Null,
+            outcome: Outcome::Skipped("no published history on earlier dates".into()),
+        },
+        Some(0.0) => Found {
+            observed: json!(row_count),
+            expected: json!({"baseline": 0, "periods": periods}),
+            outcome: if row_count == 0 {
+                Outcome::Pass("empty, as the baseline".into())
+            } else {
+                Outcome::Fail(format!("{row_count} rows against an empty baseline"))
+            },
+        },
+        Some(base) => {
+            let change = (row_count as f64 - base) / base;
+            Found {
+                observed: json!({"row_count": row_count, "change": change}),
+                expected: json!({"baseline": base, "periods": periods, "max_change": max_change}),
+                outcome: if change.abs() <= max_change {
+                    Outcome::Pass(format!("{:+.1}% against the median of {periods} earlier dates", change * 100.0))
                 } else {
-                    Outcome::Fail(format!("{} rows against an empty baseline", p.row_count))
+                    Outcome::Fail(format!(
+                        "{:+.1}% against the median {base} of {periods} earlier dates; at most ±{:.1}% allowed",
+                        change * 100.0,
+                        max_change * 100.0
+                    ))
                 },
-            ),
-            Some(base) => {
-                let change = (p.row_count as f64 - base) / base;
-                b.push(
-                    CheckName::VolumeVsBaseline,
-                    spec,
-                    json!({"row_count": p.row_count, "change": change}),
-                    json!({"baseline": base, "periods": hist.baseline.len(), "max_change": policy.max_volume_change}),
-                    if change.abs() <= policy.max_volume_change {
-                        Outcome::Pass(format!(
-                            "{:+.1}% against the median of {} earlier dates",
-                            change * 100.0,
-                            hist.baseline.len()
-                        ))
-                    } else {
-                        Outcome::Fail(format!(
-                            "{:+.1}% against the median {base} of {} earlier dates; at most ±{:.1}% allowed",
-                            change * 100.0,
-                            hist.baseline.len(),
-                            policy.max_volume_change * 100.0
-                        ))
-                    },
-                );
             }
         }
     }
+}
 
-    // 8. source_reconciliation
-    match &evidence.source {
-        None => b.push(
-            CheckName::SourceReconciliation,
-            None,
-            Value::Null,
-            Value::Null,
-            Outcome::Skipped("no source counts given".into()),
-        ),
-        Some(src) => {
-            // Checked: four partitions of 2^62 rows must not wrap to 0 and
-            // match an empty source.
-            let written = evidence.partitions.iter().try_fold(0i64, |sum, p| sum.checked_add(p.rows_written));
-            let mut problems = Vec::new();
-            let mut observed = serde_json::Map::new();
-            let mut expected = serde_json::Map::new();
-            if let Some(rc) = src.row_count {
-                observed.insert("rows_written".into(), json!(written));
-                expected.insert("row_count".into(), json!(rc));
-                match written {
-                    None => problems.push(format!(
-                        "the partitions' rows_written add up to more than {} and cannot be represented",
-                        i64::MAX
-                    )),
-                    Some(w) if w != rc => problems.push(format!("source has {rc} rows, the batch wrote {w}")),
-                    Some(_) => {}
-                }
-            }
-            for (metric, want) in &src.metrics {
-                let reported: Vec<f64> =
-                    evidence.partitions.iter().filter_map(|p| p.metrics.get(metric).copied()).collect();
-                expected.insert(metric.clone(), json!(want));
-                if reported.len() != evidence.partitions.len() {
-                    observed.insert(metric.clone(), Value::Null);
-                    problems.push(format!("metric {metric:?} is not reported for every partition"));
-                    continue;
-                }
-                let got: f64 = reported.iter().sum();
-                observed.insert(metric.clone(), json!(got));
-                if !got.is_finite() || !want.is_finite() {
-                    problems.push(format!(
-                        "{metric}: the sum is too large to be represented as a finite number (source says {want})"
-                    ));
-                } else if !metrics_agree(got, *want) {
-                    problems.push(format!("{metric}: partitions sum to {got}, source says {want}"));
-                }
-            }
-            b.push(
-                CheckName::SourceReconciliation,
-                None,
-                Value::Object(observed),
-                Value::Object(expected),
-                if problems.is_empty() {
-                    Outcome::Pass("target reconciles with the source".into())
-                } else {
-                    Outcome::Fail(problems.join("; "))
-                },
-            );
+/// Check 8, `source_reconciliation`: the partitions' rows written and metric sums
+/// against the source's counts.
+fn source_reconciliation(source: Option<&SourceEvidence>, partitions: &[PartitionEvidence]) -> Found {
+    let Some(src) = source else {
+        return Found {
+            observed: Value::Null,
+            expected: Value::Null,
+            outcome: Outcome::Skipped("no source counts given".into()),
+        };
+    };
+    // Checked: four partitions of 2^62 rows must not wrap to 0 and match an
+    // empty source.
+    let written = partitions.iter().try_fold(0i64, |sum, p| sum.checked_add(p.rows_written));
+    let mut problems = Vec::new();
+    let mut observed = serde_json::Map::new();
+    let mut expected = serde_json::Map::new();
+    if let Some(rc) = src.row_count {
+        observed.insert("rows_written".into(), json!(written));
+        expected.insert("row_count".into(), json!(rc));
+        match written {
+            None => problems.push(format!(
+                "the partitions' rows_written add up to more than {} and cannot be represented",
+                i64::MAX
+            )),
+            Some(w) if w != rc => problems.push(format!("source has {rc} rows, the batch wrote {w}")),
+            Some(_) => {}
+        }
+    }
+    for (metric, want) in &src.metrics {
+        let reported: Vec<f64> = partitions.iter().filter_map(|p| p.metrics.get(metric).copied()).collect();
+        expected.insert(metric.clone(), json!(want));
+        if reported.len() != partitions.len() {
+            observed.insert(metric.clone(), Value::Null);
+            problems.push(format!("metric {metric:?} is not reported for every partition"));
+            continue;
+        }
+        let got: f64 = reported.iter().sum();
+        observed.insert(metric.clone(), json!(got));
+        if !got.is_finite() || !want.is_finite() {
+            problems.push(format!(
+                "{metric}: the sum is too large to be represented as a finite number (source says {want})"
+            ));
+        } else if !metrics_agree(got, *want) {
+            problems.push(format!("{metric}: partitions sum to {got}, source says {want}"));
+        }
+    }
+    Found {
+        observed: Value::Object(observed),
+        expected: Value::Object(expected),
+        outcome: if problems.is_empty() {
+            Outcome::Pass("target reconciles with the source".into())
+        } else {
+            Outcome::Fail(problems.join("; "))
+        },
+    }
+}
+
+/// What a batch's record keeps of its commit's evidence, never changed
+/// after the decision: the marker, the source counts and each declared
+/// partition's counts (`None` when they are not all there), in
+/// partition-name order. Checks are stored without what this gives back
+/// ([`Stored`]) and rebuilt from it ([`rebuild`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Recorded {
+    marker: Option<String>,
+    source: Option<SourceEvidence>,
+    partitions: Vec<(PartitionSpec, Option<PartitionEvidence>)>,
+}
+
+impl Recorded {
+    /// The record as a batch's row and its partitions' rows keep it.
+    pub fn new(
+        marker: Option<String>,
+        source: Option<SourceEvidence>,
+        partitions: impl IntoIterator<Item = (PartitionSpec, Option<PartitionEvidence>)>,
+    ) -> Self {
+        let mut partitions: Vec<_> = partitions.into_iter().collect();
+        partitions.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        Self { marker, source, partitions }
+    }
+
+    /// The record a commit leaves: its marker and source, and for each
+    /// declared partition the counts the commit reported for it (the last
+    /// ones, as the rows are updated in turn).
+    pub fn of_commit(declared: &[PartitionSpec], evidence: &CommitEvidence) -> Self {
+        let counts = |d: &PartitionSpec| evidence.partitions.iter().rev().find(|p| p.partition == *d).cloned();
+        Self::new(
+            Some(evidence.marker.clone()),
+            evidence.source.clone(),
+            declared.iter().map(|d| (d.clone(), counts(d))),
+        )
+    }
+
+    fn counts(&self, position: usize) -> Option<&PartitionEvidence> {
+        self.partitions.get(position)?.1.as_ref()
+    }
+}
+
+impl PartitionEvidence {
+    /// A partition's counts as its row keeps them; `None` unless the
+    /// commit reported them all (rows written, row count, metrics).
+    pub fn recorded(
+        partition: PartitionSpec,
+        rows_written: Option<i64>,
+        row_count: Option<i64>,
+        distinct_keys: Option<i64>,
+        null_keys: Option<i64>,
+        metrics: Option<&Value>,
+    ) -> Option<Self> {
+        Some(Self {
+            partition,
+            rows_written: rows_written?,
+            row_count: row_count?,
+            distinct_keys,
+            null_keys,
+            metrics: BTreeMap::<String, f64>::deserialize(metrics?).ok()?,
+        })
+    }
+}
+
+/// What a check needed at decision time that its batch's record does not
+/// keep: the dataset's policy and the registry's history then.
+#[derive(Debug, Clone, PartialEq)]
+enum Given {
+    Nothing,
+    /// `rows_match_written`: the write mode and the published row count.
+    Accounting {
+        write_mode: WriteMode,
+        published: Option<i64>,
+    },
+    /// `non_empty`: whether the dataset allowed empty partitions.
+    Empty {
+        allowed: bool,
+    },
+    /// `volume_vs_baseline`: the baseline's median, how many dates it has
+    /// and the largest change allowed.
+    Baseline {
+        median: Option<f64>,
+        periods: usize,
+        max_change: f64,
+    },
+}
+
+impl Given {
+    /// What is given unless stored: what the check's status says, else
+    /// the most common.
+    fn usual(name: CheckName, status: CheckStatus) -> Self {
+        let skipped = status == CheckStatus::Skipped;
+        match name {
+            CheckName::RowsMatchWritten => Given::Accounting {
+                write_mode: if skipped { WriteMode::Merge } else { WriteMode::OverwritePartition },
+                published: None,
+            },
+            CheckName::NonEmpty => Given::Empty { allowed: skipped },
+            CheckName::VolumeVsBaseline => Given::Baseline { median: None, periods: 0, max_change: 0.0 },
+            _ => Given::Nothing,
         }
     }
 
-    let passed = !b.checks.iter().any(|c| c.status == CheckStatus::Fail);
-    Verdict { passed, checks: b.checks }
+    /// What may have been given for `c`, the usual first.
+    fn candidates(c: &CheckResult, counts: Option<&PartitionEvidence>) -> Vec<Self> {
+        let mut out = vec![Self::usual(c.name, c.status)];
+        match c.name {
+            CheckName::RowsMatchWritten => {
+                let published = counts.zip(c.expected.as_i64()).and_then(|(p, e)| e.checked_sub(p.rows_written));
+                for (write_mode, published) in [
+                    (WriteMode::Append, published),
+                    (WriteMode::DeleteInsertByBatch, None),
+                    (WriteMode::OverwritePartition, None),
+                    (WriteMode::Merge, None),
+                ] {
+                    out.push(Given::Accounting { write_mode, published });
+                }
+            }
+            CheckName::NonEmpty => out.push(Given::Empty { allowed: c.status != CheckStatus::Skipped }),
+            CheckName::VolumeVsBaseline => {
+                let e = &c.expected;
+                if let (Some(median), Some(periods)) = (e["baseline"].as_f64(), e["periods"].as_u64()) {
+                    let max_change = e["max_change"].as_f64().unwrap_or(0.0);
+                    out.push(Given::Baseline { median: Some(median), periods: periods as usize, max_change });
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            Given::Nothing => json!([]),
+            Given::Accounting { write_mode, published } => json!([write_mode, published]),
+            Given::Empty { allowed } => json!([allowed]),
+            Given::Baseline { median, periods, max_change } => json!([median, max_change, periods]),
+        }
+    }
+
+    fn from_json(name: CheckName, given: &[Value]) -> Option<Self> {
+        Some(match (name, given) {
+            (CheckName::RowsMatchWritten, [mode, published]) => Given::Accounting {
+                write_mode: mode.as_str()?.parse().ok()?,
+                published: if published.is_null() { None } else { Some(published.as_i64()?) },
+            },
+            (CheckName::NonEmpty, [allowed]) => Given::Empty { allowed: allowed.as_bool()? },
+            (CheckName::VolumeVsBaseline, [median, max_change, periods]) => Given::Baseline {
+                median: Some(median.as_f64()?),
+                periods: usize::try_from(periods.as_u64()?).ok()?,
+                max_change: max_change.as_f64()?,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// Whether a check is about one partition.
+fn per_partition(name: CheckName) -> bool {
+    !matches!(name, CheckName::MarkerPresent | CheckName::PartitionsComplete | CheckName::SourceReconciliation)
+}
+
+/// What check `name` finds over a batch's record, given `given`; the
+/// partition's `position` in the record for a per-partition check. `None`
+/// when the record lacks what it needs.
+fn refind(name: CheckName, given: &Given, position: usize, record: &Recorded) -> Option<Found> {
+    let counts = || record.counts(position);
+    Some(match (name, given) {
+        (CheckName::MarkerPresent, Given::Nothing) => marker_present(record.marker.as_deref()?),
+        (CheckName::PartitionsComplete, Given::Nothing) => {
+            let declared: Vec<PartitionSpec> = record.partitions.iter().map(|(p, _)| p.clone()).collect();
+            partitions_complete(&declared, &declared.iter().collect::<Vec<_>>())
+        }
+        (CheckName::RowsMatchWritten, Given::Accounting { write_mode, published }) => {
+            rows_match_written(counts()?, *write_mode, *published)
+        }
+        (CheckName::UniqueKeys, Given::Nothing) => unique_keys(counts()?),
+        (CheckName::NullKeys, Given::Nothing) => null_keys(counts()?),
+        (CheckName::NonEmpty, Given::Empty { allowed }) => non_empty(counts()?, *allowed),
+        (CheckName::VolumeVsBaseline, Given::Baseline { median, periods, max_change }) => {
+            volume_vs_baseline(counts()?.row_count, *median, *periods, *max_change)
+        }
+        (CheckName::SourceReconciliation, Given::Nothing) => {
+            let partitions: Option<Vec<PartitionEvidence>> = record.partitions.iter().map(|(_, c)| c.clone()).collect();
+            source_reconciliation(record.source.as_ref(), &partitions?)
+        }
+        _ => return None,
+    })
+}
+
+/// The place of a check's name and status in [`CheckName`] and
+/// [`CheckStatus`], and whether it blocks, as one number below 64.
+fn code(c: &CheckResult) -> usize {
+    let name = NAMES.iter().position(|n| *n == c.name).unwrap_or_default();
+    let status = STATUSES.iter().position(|n| *n == c.status).unwrap_or_default();
+    name * 8 + status * 2 + usize::from(c.blocking)
+}
+
+/// A batch's checks as the registry stores them (`batches.checks`): each
+/// check without what its batch's record gives back. A check whose
+/// `observed` and `expected` (and partition) are what its function finds
+/// over the record ([`Recorded`]) is the number `code + 64 × position`
+/// (`code` as in [`Compact`], `position` its partition's in the record's
+/// partitions, 0 for a batch-wide check), or, when it needed more than the
+/// record keeps or its message is not the one found, `[number, given,
+/// message]` (`given` what it needed of policy and history, `[]` for the
+/// usual; `message` left out when found). Any other check is stored as
+/// [`Compact`] stores it. [`rebuild`] reads every form back exactly.
+pub struct Stored<'a> {
+    pub checks: &'a [CheckResult],
+    pub record: &'a Recorded,
+}
+
+impl Serialize for Stored<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.checks.iter().map(|c| stored(c, self.record)))
+    }
+}
+
+/// One check as [`Stored`] writes it.
+fn stored(c: &CheckResult, record: &Recorded) -> Value {
+    // The same text too: JSON values equal as numbers (-0.0 and 0.0) may be written apart.
+    let same = |a: &Value, b: &Value| a == b && serde_json::to_string(a).ok() == serde_json::to_string(b).ok();
+    let position = match &c.partition {
+        None if !per_partition(c.name) => Some(0),
+        Some(p) if per_partition(c.name) => record.partitions.iter().position(|(q, _)| q.as_str() == p),
+        _ => None,
+    };
+    let usual = Given::usual(c.name, c.status);
+    let found = position.and_then(|position| {
+        let counts = record.counts(position);
+        let mut matching = Given::candidates(c, counts).into_iter().filter_map(|given| {
+            let found = refind(c.name, &given, position, record)?;
+            let partition = per_partition(c.name).then(|| record.partitions[position].0.to_string());
+            let shown = same(&found.observed, &c.observed) && same(&found.expected, &c.expected);
+            (shown && partition == c.partition).then_some((given, found))
+        });
+        let first = matching.next()?;
+        let said = std::iter::once(first.clone()).chain(matching).find(|(_, f)| f.outcome.message() == c.message);
+        Some((position, said.unwrap_or(first)))
+    });
+    let Some((position, (given, found))) = found else {
+        return serde_json::to_value(Compact(std::slice::from_ref(c))).map_or(Value::Null, |mut v| v[0].take());
+    };
+    let number = code(c) + 64 * position;
+    match (given == usual, found.outcome.message() == c.message) {
+        (true, true) => json!(number),
+        (true, false) => json!([number, [], c.message]),
+        (false, true) => json!([number, given.to_json()]),
+        (false, false) => json!([number, given.to_json(), c.message]),
+    }
+}
+
+/// A stored check as read from `batches.checks`, before the batch's record
+/// rebuilds what [`Stored`] left out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredCheck {
+    /// Stored whole: shown, or as [`Compact`] stores it.
+    Whole(CheckResult),
+    /// Stored without what the record gives back.
+    Found { number: u64, given: Vec<Value>, message: Option<String> },
+}
+
+impl<'de> Deserialize<'de> for StoredCheck {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let stored = Value::deserialize(d)?;
+        let found = match &stored {
+            Value::Number(n) => Some((n.as_u64(), Some(Vec::new()), None)),
+            Value::Array(a) if matches!(a.len(), 2 | 3) => {
+                Some((a[0].as_u64(), a[1].as_array().cloned(), a.get(2).map(|m| m.as_str().map(str::to_owned))))
+            }
+            _ => None,
+        };
+        match found {
+            None => CheckResult::deserialize(stored).map(StoredCheck::Whole).map_err(D::Error::custom),
+            Some((Some(number), Some(given), None)) => Ok(StoredCheck::Found { number, given, message: None }),
+            Some((Some(number), Some(given), Some(Some(m)))) => {
+                Ok(StoredCheck::Found { number, given, message: Some(m) })
+            }
+            _ => Err(D::Error::custom(format!("{stored} is not a stored check"))),
+        }
+    }
+}
+
+/// A batch's checks from their stored form and, for the checks stored
+/// without what it gives back, the batch's record (asked for only then).
+pub fn rebuild<E: std::fmt::Display>(
+    stored: Vec<StoredCheck>,
+    record: impl FnOnce() -> Result<Recorded, E>,
+) -> Result<Vec<CheckResult>, String> {
+    let mut record = Some(record);
+    let mut recorded = None;
+    let mut out = Vec::with_capacity(stored.len());
+    for check in stored {
+        let (number, given, message) = match check {
+            StoredCheck::Whole(c) => {
+                out.push(c);
+                continue;
+            }
+            StoredCheck::Found { number, given, message } => (number, given, message),
+        };
+        let bad = |why: &str| format!("{} is not a stored check: {why}", stored_text(number, &given, &message));
+        if recorded.is_none() {
+            let make = record.take().ok_or_else(|| bad("no record"))?;
+            recorded = Some(make().map_err(|e| bad(&format!("its batch's record cannot be read: {e}")))?);
+        }
+        let recorded = recorded.as_ref().ok_or_else(|| bad("no record"))?;
+        let code = usize::try_from(number % 64).map_err(|_| bad("code"))?;
+        let position = usize::try_from(number / 64).map_err(|_| bad("position"))?;
+        let (Some(&name), Some(&status)) = (NAMES.get(code / 8), STATUSES.get(code / 2 % 4)) else {
+            return Err(bad("unknown code"));
+        };
+        if !per_partition(name) && position != 0 {
+            return Err(bad("a batch-wide check has no partition"));
+        }
+        let given = if given.is_empty() {
+            Given::usual(name, status)
+        } else {
+            Given::from_json(name, &given).ok_or_else(|| bad("not what the check is given"))?
+        };
+        let found = refind(name, &given, position, recorded).ok_or_else(|| bad("its batch's record lacks it"))?;
+        let Found { observed, expected, outcome } = found;
+        out.push(CheckResult {
+            name,
+            partition: per_partition(name).then(|| recorded.partitions[position].0.to_string()),
+            status,
+            observed,
+            expected,
+            message: message.unwrap_or_else(|| outcome.message().to_owned()),
+            blocking: code % 2 == 1,
+        });
+    }
+    Ok(out)
+}
+
+fn stored_text(number: u64, given: &[Value], message: &Option<String>) -> String {
+    json!([number, given, message]).to_string()
 }
 
 #[cfg(test)]
@@ -855,6 +1209,11 @@ mod stored {
     /// a failure and as a warning), skipped, with and without baselines and
     /// source counts, across write modes.
     fn verdicts() -> Vec<Verdict> {
+        commits().into_iter().map(|(_, _, v)| v).collect()
+    }
+
+    /// [`verdicts`] with the declared partitions and the evidence of each.
+    fn commits() -> Vec<(Vec<PartitionSpec>, CommitEvidence, Verdict)> {
         let declared = [spec("dt=2026-08-24/hh=00"), spec("dt=2026-08-24/hh=01")];
         let part =
             |p: &PartitionSpec, written: i64, count: i64, keys: Option<i64>, nulls: Option<i64>| PartitionEvidence {
@@ -887,14 +1246,17 @@ mod stored {
         unsourced.source = None;
         unsourced.partitions[1].distinct_keys = None;
         unsourced.partitions[1].null_keys = None;
+        let mut unexpected = clean.clone();
+        unexpected.partitions[1].partition = spec("dt=2026-08-24/hh=02");
         let mut out = Vec::new();
         for tier in [Tier::Core, Tier::Standard, Tier::Scratch] {
             for write_mode in [WriteMode::OverwritePartition, WriteMode::Append, WriteMode::Merge] {
                 for allow_empty in [false, true] {
                     let policy = DatasetPolicy { tier, write_mode, allow_empty, ..DatasetPolicy::default() };
                     for baseline in [vec![], vec![0, 0], vec![10, 11, 40], vec![1, 2]] {
-                        for ev in [&clean, &bad, &unsourced] {
-                            out.push(evaluate(&policy, &declared, &history(baseline.clone()), ev));
+                        for ev in [&clean, &bad, &unsourced, &unexpected] {
+                            let verdict = evaluate(&policy, &declared, &history(baseline.clone()), ev);
+                            out.push((declared.to_vec(), ev.clone(), verdict));
                         }
                     }
                 }
@@ -945,6 +1307,163 @@ mod stored {
                 let through = serde_json::to_string(&serde_json::to_value(c).unwrap()).unwrap();
                 assert_eq!(direct, through);
             }
+        }
+    }
+
+    /// The record a commit leaves as a reader gets it back: each declared
+    /// partition's last reported counts, and the source and metrics through
+    /// their stored JSON text.
+    fn as_read(declared: &[PartitionSpec], ev: &CommitEvidence) -> Recorded {
+        fn text<T: Serialize>(v: &T) -> Value {
+            serde_json::from_str(&serde_json::to_string(v).unwrap()).unwrap()
+        }
+        let source = ev.source.as_ref().map(|s| serde_json::from_value(text(s)).unwrap());
+        let partitions = declared.iter().map(|d| {
+            let p = ev.partitions.iter().rev().find(|p| p.partition == *d);
+            let counts = p.and_then(|p| {
+                let metrics = text(&p.metrics);
+                PartitionEvidence::recorded(
+                    d.clone(),
+                    Some(p.rows_written),
+                    Some(p.row_count),
+                    p.distinct_keys,
+                    p.null_keys,
+                    Some(&metrics),
+                )
+            });
+            (d.clone(), counts)
+        });
+        Recorded::new(Some(ev.marker.clone()), source, partitions)
+    }
+
+    /// Stores `checks` for the record `ev` leaves and reads them back as a
+    /// reader does; the stored text too.
+    fn round_trip(
+        declared: &[PartitionSpec],
+        ev: &CommitEvidence,
+        checks: &[CheckResult],
+    ) -> (String, Vec<CheckResult>) {
+        let record = Recorded::of_commit(declared, ev);
+        let text = serde_json::to_string(&Stored { checks, record: &record }).unwrap();
+        let stored: Vec<StoredCheck> = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let read = rebuild(stored, || Ok::<_, String>(as_read(declared, ev))).unwrap_or_else(|e| panic!("{text}: {e}"));
+        (text, read)
+    }
+
+    /// Pass, warn, fail and skipped; one and two partitions; with and
+    /// without source counts; rejected commits with missing, duplicated and
+    /// unexpected partitions.
+    #[test]
+    fn checks_stored_without_their_record_read_back_exactly_and_much_smaller() {
+        // Bytes stored, and the compact form's, of all and of published batches.
+        let (mut all, mut published) = ([0, 0], [0, 0]);
+        for (declared, ev, v) in commits() {
+            let (text, read) = round_trip(&declared, &ev, &v.checks);
+            assert_eq!(read, v.checks, "{text}");
+            let sizes = [text.len(), serde_json::to_string(&Compact(&v.checks)).unwrap().len()];
+            if v.passed {
+                assert!(!text.contains("dt=2026-08-24/hh=0"), "a declared partition is named by its place: {text}");
+                (published[0], published[1]) = (published[0] + sizes[0], published[1] + sizes[1]);
+            }
+            (all[0], all[1]) = (all[0] + sizes[0], all[1] + sizes[1]);
+        }
+        assert!(all[0] * 2 < all[1], "stored {all:?}");
+        assert!(published[0] * 5 < published[1], "stored {published:?}");
+    }
+
+    /// The bench's batch: one partition, published over a week of history.
+    #[test]
+    fn a_published_one_partition_batch_stores_its_checks_in_a_few_bytes() {
+        let declared = vec![spec("dt=2022-09-26")];
+        let ev = CommitEvidence {
+            marker: "hdfs://warehouse/dsx/dt=2022-09-26/_SUCCESS".into(),
+            partitions: vec![PartitionEvidence {
+                partition: declared[0].clone(),
+                rows_written: 1000,
+                row_count: 1000,
+                distinct_keys: None,
+                null_keys: None,
+                metrics: BTreeMap::new(),
+            }],
+            source: None,
+        };
+        let history = BTreeMap::from([(
+            declared[0].clone(),
+            PartitionHistory { published_row_count: Some(1000), baseline: vec![1000; 7] },
+        )]);
+        let v = evaluate(&DatasetPolicy::default(), &declared, &history, &ev);
+        assert!(v.passed, "{v:?}");
+        let (text, read) = round_trip(&declared, &ev, &v.checks);
+        assert_eq!(read, v.checks);
+        assert_eq!(text, "[1,9,17,31,39,41,[48,[1000.0,0.3,7]],63]");
+        // With source counts, on a merge dataset that allows empty partitions.
+        let mut ev = ev;
+        ev.source = Some(SourceEvidence { row_count: Some(1000), metrics: BTreeMap::new() });
+        let merge = DatasetPolicy { write_mode: WriteMode::Merge, allow_empty: true, ..DatasetPolicy::default() };
+        let v = evaluate(&merge, &declared, &history, &ev);
+        let (text, read) = round_trip(&declared, &ev, &v.checks);
+        assert_eq!(read, v.checks);
+        assert_eq!(text, "[1,9,23,31,39,47,[48,[1000.0,0.3,7]],57]");
+    }
+
+    #[test]
+    fn per_partition_checks_name_their_partition_by_its_place() {
+        let (declared, ev, v) = commits().remove(0);
+        assert!(v.passed);
+        let (text, read) = round_trip(&declared, &ev, &v.checks);
+        assert_eq!(read, v.checks);
+        let numbers: Vec<Value> = serde_json::from_str(&text).unwrap();
+        let unique: Vec<u64> = numbers.iter().filter_map(Value::as_u64).filter(|n| n % 64 == 25).collect();
+        assert_eq!(unique, [25, 64 + 25], "{text}");
+        assert_eq!(read[8].partition.as_deref(), Some("dt=2026-08-24/hh=01"));
+    }
+
+    #[test]
+    fn values_and_messages_other_than_found_are_stored_as_they_are() {
+        let (declared, ev, v) = commits().remove(0);
+        let mut odd = v.checks.clone();
+        odd[0].message = "said otherwise".into();
+        odd[2].observed = json!(11);
+        odd[3].partition = Some("dt=2026-08-24/hh=07".into());
+        let (text, read) = round_trip(&declared, &ev, &odd);
+        assert_eq!(read, odd, "{text}");
+        let stored: Vec<Value> = serde_json::from_str(&text).unwrap();
+        assert_eq!(stored[0], json!([1, [], "said otherwise"]));
+        assert_eq!(stored[2].as_array().map(Vec::len), Some(5), "stored whole: {}", stored[2]);
+        assert_eq!(stored[3].as_array().map(Vec::len), Some(5), "stored whole: {}", stored[3]);
+        // A failure's message that follows from what the check was given is found again.
+        let append = DatasetPolicy { write_mode: WriteMode::Append, ..DatasetPolicy::default() };
+        let history = BTreeMap::from([(
+            declared[0].clone(),
+            PartitionHistory { published_row_count: Some(10), baseline: vec![] },
+        )]);
+        let one = CommitEvidence { partitions: ev.partitions[..1].to_vec(), ..ev };
+        let v = evaluate(&append, &declared[..1], &history, &one);
+        assert_eq!(v.checks[2].status, CheckStatus::Fail, "{v:?}");
+        let (text, read) = round_trip(&declared[..1], &one, &v.checks);
+        assert_eq!(read, v.checks, "{text}");
+        assert!(text.contains(r#"["append",10]"#) && !text.contains("accounts for"), "{text}");
+    }
+
+    #[test]
+    fn stored_checks_that_their_record_cannot_give_back_are_errors() {
+        let (declared, ev, v) = commits().remove(0);
+        let record = Recorded::of_commit(&declared, &ev);
+        let text = serde_json::to_string(&Stored { checks: &v.checks, record: &record }).unwrap();
+        let stored: Vec<StoredCheck> = serde_json::from_str(&text).unwrap();
+        assert!(rebuild(stored.clone(), || Ok::<_, String>(Recorded::default())).is_err(), "no partitions, no marker");
+        assert!(rebuild(stored, || Err("unreadable")).is_err());
+        for wrong in ["[-1]", "[[1]]", "[[1,2]]", "[[1,[],3]]", "[1.5]"] {
+            assert!(serde_json::from_str::<Vec<StoredCheck>>(wrong).is_err(), "{wrong}");
+        }
+        for wrong in ["[4096]", "[65]", "[[48,[1]]]", "[[17,[\"sideways\",null]]]"] {
+            let stored: Vec<StoredCheck> = serde_json::from_str(wrong).unwrap();
+            assert!(rebuild(stored, || Ok::<_, String>(record.clone())).is_err(), "{wrong}");
+        }
+        // Checks stored whole, as before, need no record.
+        for whole in [serde_json::to_string(&Compact(&v.checks)).unwrap(), serde_json::to_string(&v.checks).unwrap()] {
+            let stored: Vec<StoredCheck> = serde_json::from_str(&whole).unwrap();
+            assert_eq!(rebuild(stored, || Err("not asked")).unwrap(), v.checks);
         }
     }
 }

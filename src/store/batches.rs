@@ -18,6 +18,7 @@ use super::{Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
 use crate::domain::batch::{leaves_residue, touches_table, BatchState, EventKind, FailStage};
+use crate::domain::checks::CheckResult;
 use crate::domain::names::BatchId;
 use crate::domain::policy::{DatasetPolicy, WriteMode};
 use crate::domain::readiness::{partition_state, PartitionState};
@@ -43,7 +44,15 @@ pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Opti
         c.all("SELECT kind, at, detail FROM batch_events WHERE batch_id = $1 ORDER BY id", args![batch_id]).await?;
     let marker = row.batch.marker.clone();
     let events = rows.into_iter().map(|e| e.into_event(marker.as_deref())).collect::<Result<Vec<_>>>()?;
-    Ok(Some(BatchRecord::assemble(row, Some(events))))
+    Ok(Some(BatchRecord::assemble(row, Some(events))?))
+}
+
+/// A batch's checks, rebuilt from its record as [`load_record`] shows them
+/// (without reading its events); empty until it is committed.
+pub(super) async fn load_checks(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<CheckResult>> {
+    let sql = record_sql(c.dialect(), "WHERE batch_id = $1", "");
+    let row = c.opt::<RecordRow>(&sql, args![batch_id]).await?;
+    Ok(row.map(|row| BatchRecord::assemble(row, None)).transpose()?.map(|r| r.checks).unwrap_or_default())
 }
 
 pub(super) async fn event(

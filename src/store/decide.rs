@@ -245,7 +245,10 @@ impl SqlStore {
                 batch_id,
                 evidence.marker.clone(),
                 evidence.source.as_ref().map(Json),
-                Json(checks::Compact(&verdict.checks)),
+                Json(checks::Stored {
+                    checks: &verdict.checks,
+                    record: &checks::Recorded::of_commit(&declared, &evidence)
+                }),
                 records::fingerprint(&fingerprint),
                 state.as_str(),
                 now

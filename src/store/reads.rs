@@ -70,7 +70,7 @@ impl SqlStore {
         let more = rows.len() as i64 > q.limit;
         rows.truncate(q.limit as usize);
         let next = rows.last().filter(|_| more).map(|r| Position::Id(r.batch.id));
-        let items = rows.into_iter().map(|r| BatchRecord::assemble(r, None)).collect();
+        let items = rows.into_iter().map(|r| BatchRecord::assemble(r, None)).collect::<Result<_>>()?;
         Ok(Page { items, next })
     }
 

@@ -10,8 +10,9 @@ use super::db::{args, Conn, Dialect};
 use super::events;
 use super::lineage::InputRecord;
 use crate::domain::batch::{BatchState, EventKind, FailCategory, FailStage, Trigger};
-use crate::domain::checks::{self, CheckResult, SourceEvidence};
+use crate::domain::checks::{self, CheckResult, PartitionEvidence, Recorded, SourceEvidence, StoredCheck};
 use crate::domain::deadline::Deadline;
+use crate::domain::names::PartitionSpec;
 use crate::domain::policy::{DatasetPolicy, Tier, WriteMode};
 use crate::domain::readiness::{self, Fitness, PartitionState, Standing};
 use crate::domain::staleness::Staleness;
@@ -37,7 +38,8 @@ pub(super) struct BatchRow {
     pub decided_at: Option<DateTime<Utc>>,
     pub marker: Option<String>,
     pub source: Option<Json<SourceEvidence>>,
-    pub checks: Option<Json<Vec<CheckResult>>>,
+    /// As [`checks::Stored`] writes them, or any form stored before.
+    pub checks: Option<Json<Vec<StoredCheck>>>,
     pub fail_stage: Option<FailStage>,
     pub fail_category: Option<FailCategory>,
     pub fail_message: Option<String>,
@@ -405,11 +407,35 @@ pub struct BatchRecord {
 
 impl BatchRecord {
     /// The record of a row of [`record_sql`]; `events` when read one at a time.
-    pub(super) fn assemble(row: RecordRow, events: Option<Vec<Event>>) -> Self {
+    pub(super) fn assemble(row: RecordRow, events: Option<Vec<Event>>) -> Result<Self> {
         let RecordRow { batch: b, partitions: Json(partitions), inputs: Json(inputs) } = row;
         let state = b.state();
         let failure = b.fail_stage.map(|stage| Failure { stage, category: b.fail_category, message: b.fail_message });
-        Self {
+        let partitions: Vec<BatchPartition> = partitions
+            .into_iter()
+            .map(|l| BatchPartition {
+                partition: l.partition,
+                status: l.status,
+                rows_written: l.rows_written,
+                row_count: l.row_count,
+                distinct_keys: l.distinct_keys,
+                null_keys: l.null_keys,
+                metrics: l.metrics,
+                version: l.version,
+                finish_time: l.finish_time,
+            })
+            .collect();
+        let source = b.source.map(|j| j.0);
+        let checks = match b.checks {
+            None => Vec::new(),
+            Some(Json(stored)) => {
+                checks::rebuild(stored, || recorded(&b.marker, &source, &partitions)).map_err(|e| {
+                    let source = format!("unknown stored value: {e}").into();
+                    sqlx::Error::ColumnDecode { index: "checks".into(), source }
+                })?
+            }
+        };
+        Ok(Self {
             batch_id: b.batch_id,
             task: b.task,
             dataset: b.dataset,
@@ -424,23 +450,10 @@ impl BatchRecord {
             lease_expires_at: b.lease_expires_at,
             started_at: b.started_at,
             decided_at: b.decided_at,
-            partitions: partitions
-                .into_iter()
-                .map(|l| BatchPartition {
-                    partition: l.partition,
-                    status: l.status,
-                    rows_written: l.rows_written,
-                    row_count: l.row_count,
-                    distinct_keys: l.distinct_keys,
-                    null_keys: l.null_keys,
-                    metrics: l.metrics,
-                    version: l.version,
-                    finish_time: l.finish_time,
-                })
-                .collect(),
+            partitions,
             marker: b.marker,
-            source: b.source.map(|j| j.0),
-            checks: b.checks.map(|j| j.0).unwrap_or_default(),
+            source,
+            checks,
             failure,
             superseded_by: b.superseded_by,
             written_at: b.written_at,
@@ -448,8 +461,33 @@ impl BatchRecord {
             allow_unready_inputs: b.allow_unready_inputs,
             repair_id: b.repair_id,
             events,
-        }
+        })
     }
+}
+
+/// What a batch's record keeps of its commit, to rebuild the checks stored
+/// without it.
+pub(super) fn recorded(
+    marker: &Option<String>,
+    source: &Option<SourceEvidence>,
+    partitions: &[BatchPartition],
+) -> std::result::Result<Recorded, String> {
+    let partitions = partitions
+        .iter()
+        .map(|p| {
+            let spec = PartitionSpec::parse(&p.partition).map_err(|e| format!("partition {:?}: {e}", p.partition))?;
+            let counts = PartitionEvidence::recorded(
+                spec.clone(),
+                p.rows_written,
+                p.row_count,
+                p.distinct_keys,
+                p.null_keys,
+                p.metrics.as_ref(),
+            );
+            Ok((spec, counts))
+        })
+        .collect::<std::result::Result<Vec<_>, String>>()?;
+    Ok(Recorded::new(marker.clone(), source.clone(), partitions))
 }
 
 /// A partition's current standing.

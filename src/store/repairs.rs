@@ -8,13 +8,13 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
 
-use super::batches::load_policy;
+use super::batches::{load_checks, load_policy};
 use super::db::{args, Conn};
 use super::lineage::{inputs_of, walk, Direction, DOWNSTREAM_DEPTH};
 use super::records::{self, fitness_of, load_partition};
 use super::SqlStore;
 use crate::domain::batch::{BatchState, FailStage};
-use crate::domain::checks::{CheckName, CheckResult};
+use crate::domain::checks::CheckName;
 use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::domain::readiness::Fitness;
 use crate::domain::repair::{
@@ -223,24 +223,24 @@ impl SqlStore {
         let mut facts = Vec::new();
         for planned in &evidence.partitions {
             let p = planned.partition.as_str();
-            let linked: Vec<(String, BatchState, Option<Json<Vec<CheckResult>>>)> = c
+            let linked: Vec<(String, BatchState)> = c
                 .all(
-                    "SELECT l.batch_id, l.status, b.checks FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
+                    "SELECT l.batch_id, l.status FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
                      WHERE b.repair_id = $1 AND l.target_table = $2 AND l.target_partition = $3 ORDER BY l.batch_seq",
                     args![id, &dataset, p],
                 )
                 .await?;
             let cur = load_partition(&mut c, &dataset, p).await?;
             let mut runs = Vec::new();
-            for (b, status, checks) in &linked {
+            for (b, status) in &linked {
                 if !matches!(status, BatchState::Published | BatchState::Superseded) {
                     continue;
                 }
                 let inputs =
                     inputs_of(&mut c, b).await?.into_iter().map(|i| (i.dataset, i.partition, i.version)).collect();
-                let source_check = checks
-                    .as_ref()
-                    .and_then(|cs| cs.0.iter().find(|c| c.name == CheckName::SourceReconciliation).cloned());
+                // Rebuilt from the batch's record, as its checks are stored without it.
+                let source_check =
+                    load_checks(&mut c, b).await?.into_iter().find(|c| c.name == CheckName::SourceReconciliation);
                 runs.push(Run { batch_id: b.clone(), counts: counts(&mut c, b, p).await?, inputs, source_check });
             }
             let baseline = match &cur {
@@ -252,7 +252,7 @@ impl SqlStore {
                 before: planned.identity.published.as_ref().and_then(|n| n.row_count),
                 fitness: fitness_of(cur.as_ref()),
                 published_batch_id: cur.as_ref().and_then(|x| x.published_batch_id.clone()),
-                batches: linked.into_iter().map(|(batch_id, status, _)| RepairBatch { batch_id, status }).collect(),
+                batches: linked.into_iter().map(|(batch_id, status)| RepairBatch { batch_id, status }).collect(),
                 runs,
                 baseline,
             });

@@ -5,7 +5,8 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use batchgate::domain::checks::CheckResult;
+use batchgate::domain::checks::{self, CheckResult, Compact, PartitionEvidence, Recorded, StoredCheck};
+use batchgate::domain::names::PartitionSpec;
 use batchgate::store::events::Started;
 
 use crate::helpers::{clean, TestApp};
@@ -99,12 +100,14 @@ async fn served_as_stored(app: &TestApp, id: &str) -> Vec<String> {
     let batch = app
         .sql_rows(&format!("SELECT CAST(checks AS TEXT), CAST(source AS TEXT) FROM batches WHERE batch_id = '{id}'"))
         .await;
-    // Checks are stored compactly (issue 14), or as shown by rows written
-    // before: either reads as the checks, shown as their JSON value.
+    // Checks are stored without what the batch's record gives back, or
+    // compactly or as shown by rows written before (issue 14): each reads as
+    // the checks, shown as their JSON value.
     let checks = batch[0][0].as_deref().map_or_else(
         || "[]".to_owned(),
         |c| {
-            let read: Vec<CheckResult> = serde_json::from_str(c).expect("stored checks");
+            let stored: Vec<StoredCheck> = serde_json::from_str(c).expect("stored checks");
+            let read = checks::rebuild(stored, || Ok::<_, String>(recorded(&record))).expect("rebuilt checks");
             serde_json::to_string(&serde_json::to_value(&read).expect("JSON")).expect("JSON")
         },
     );
@@ -112,6 +115,26 @@ async fn served_as_stored(app: &TestApp, id: &str) -> Vec<String> {
     let source = as_value(batch[0][1].as_deref());
     assert!(body.contains(&format!("\"source\":{source},")), "source {source} not as stored in {body}");
     kinds
+}
+
+/// What a batch's record (as served) keeps of its commit.
+fn recorded(record: &Value) -> Recorded {
+    let partitions = record["partitions"].as_array().expect("partitions").iter().map(|p| {
+        let spec = PartitionSpec::parse(p["partition"].as_str().expect("partition")).expect("spec");
+        let n = |key: &str| p[key].as_i64();
+        let metrics = Some(&p["metrics"]).filter(|m| !m.is_null());
+        let counts = PartitionEvidence::recorded(
+            spec.clone(),
+            n("rows_written"),
+            n("row_count"),
+            n("distinct_keys"),
+            n("null_keys"),
+            metrics,
+        );
+        (spec, counts)
+    });
+    let source = serde_json::from_value(record["source"].clone()).expect("source");
+    Recorded::new(record["marker"].as_str().map(str::to_owned), source, partitions)
 }
 
 async fn every_event_detail_checks_and_source_are_served_as_stored(app: TestApp) {
@@ -143,7 +166,8 @@ async fn every_event_detail_checks_and_source_are_served_as_stored(app: TestApp)
     let c = start("d.rejected", P).await;
     let mut bad = clean(P, 5);
     bad["partitions"][0]["row_count"] = json!(4);
-    assert_eq!(app.commit(&c, &bad).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, rejected) = app.commit(&c, &bad).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{rejected}");
     // failed.
     let d = start("d.failed", P).await;
     app.post(&format!("/v1/batches/{d}/fail"), &json!({"stage": "write", "category": "unknown"})).await;
@@ -158,13 +182,38 @@ async fn every_event_detail_checks_and_source_are_served_as_stored(app: TestApp)
     for id in [&a, &b, &c, &d, &e, &f] {
         kinds.extend(served_as_stored(&app, id).await);
     }
-    // Checks as rows written before issue 14 stored them, the form shown: served the same.
-    let (_, before) = app.get_bytes(&format!("/v1/batches/{c}")).await;
-    let (_, shown) = app.get(&format!("/v1/batches/{c}")).await;
-    let stored = shown["checks"].to_string().replace('\'', "''");
-    app.sql(&format!("UPDATE batches SET checks = '{stored}' WHERE batch_id = '{c}'")).await;
-    assert_eq!(app.get_bytes(&format!("/v1/batches/{c}")).await.1, before, "old checks, same bytes");
-    served_as_stored(&app, &c).await;
+    // A published batch's checks are stored without what its record gives
+    // back: the volume check's baseline aside, a number each.
+    let stored_checks = |id: &str| format!("SELECT CAST(checks AS TEXT) FROM batches WHERE batch_id = '{id}'");
+    let stored = app.sql_rows(&stored_checks(&b)).await[0][0].clone().expect("checks");
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored, json!([1, 9, 17, 25, 33, 41, 54, 63]), "{stored}");
+    // Checks as rows written before stored them, as shown before issue 14
+    // and compact since: served the same, and so are their listings, the
+    // console's page and the replayed commit.
+    for id in [&b, &c] {
+        let (_, before) = app.get_bytes(&format!("/v1/batches/{id}")).await;
+        let (status, listed) =
+            app.get_bytes(&format!("/v1/batches?dataset={}", if id == &b { DS } else { "d.rejected" })).await;
+        assert!(status == StatusCode::OK && listed.contains(r#""checks":[{"#), "{listed}");
+        let console = app.client.get(format!("{}/ui/batches/{id}", app.base)).send().await.expect("console");
+        let console = console.text().await.expect("page");
+        let (_, shown) = app.get(&format!("/v1/batches/{id}")).await;
+        let shown: Vec<CheckResult> = serde_json::from_value(shown["checks"].clone()).unwrap();
+        for old in [serde_json::to_string(&shown).unwrap(), serde_json::to_string(&Compact(&shown)).unwrap()] {
+            app.sql(&format!("UPDATE batches SET checks = '{}' WHERE batch_id = '{id}'", old.replace('\'', "''")))
+                .await;
+            assert_eq!(app.get_bytes(&format!("/v1/batches/{id}")).await.1, before, "old checks {old}, same bytes");
+            let again =
+                app.get_bytes(&format!("/v1/batches?dataset={}", if id == &b { DS } else { "d.rejected" })).await;
+            assert_eq!(again.1, listed, "listed the same");
+            let page = app.client.get(format!("{}/ui/batches/{id}", app.base)).send().await.expect("console");
+            assert_eq!(page.text().await.expect("page"), console, "the console shows them the same");
+            served_as_stored(&app, id).await;
+        }
+    }
+    let (status, replayed) = app.commit(&c, &bad).await;
+    assert_eq!((status, replayed), (StatusCode::UNPROCESSABLE_ENTITY, rejected), "a repeated commit, the same answer");
     // A start's retry advice: stored as a number, served whole; stored whole
     // as rows written before issue 14 kept it: served the same.
     let started = |id: &str| {
