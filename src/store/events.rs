@@ -37,12 +37,46 @@ pub struct Started {
     pub cleaned_batch_ids: Option<Vec<String>>,
 }
 
-/// A `started` detail as stored: the retry advice as the number
+/// A `started` detail as stored. Usually [`ShortStarted`]; else, and in
+/// rows stored before it, [`LongStarted`].
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+pub(super) enum StoredStarted {
+    Short(ShortStarted),
+    Long(LongStarted),
+}
+
+/// A `started` detail whose retry advice [`retry::compact`] rebuilds
+/// exactly (every start since issue 14 but one whose advice names its
+/// dataset), in a third of the text: one-letter keys, and what every
+/// ordinary start has left out — the `scheduled` trigger, no run, no
+/// residue, nothing cleaned.
+#[derive(Serialize, Deserialize)]
+pub(super) struct ShortStarted {
+    /// `lease_expires_at`.
+    l: DateTime<Utc>,
+    /// `retry`, as the number `retry::compact` gives it.
+    r: u8,
+    /// `trigger`, unless `scheduled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    t: Option<Trigger>,
+    /// `run_ref`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    u: Option<String>,
+    /// `residue`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    s: Vec<Residue>,
+    /// `cleaned_batch_ids`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    c: Vec<String>,
+}
+
+/// A `started` detail with the API's keys: the retry advice as the number
 /// `retry::compact` gives it when it rebuilds it exactly, which is a
 /// tenth of its text (the residue and cleaned ids it is rebuilt from are
 /// stored anyway); else, and in rows stored before issue 14, the advice itself.
 #[derive(Serialize, Deserialize)]
-pub(super) struct StoredStarted {
+pub(super) struct LongStarted {
     trigger: Trigger,
     run_ref: Option<String>,
     lease_expires_at: DateTime<Utc>,
@@ -65,19 +99,33 @@ impl Started {
     /// The detail in the form the registry stores.
     pub(super) fn stored(&self) -> StoredStarted {
         let residue: Vec<String> = self.residue.iter().map(|r| r.batch_id.clone()).collect();
+        let code = match (&self.retry, &self.cleaned_batch_ids) {
+            (Some(advice), Some(cleaned)) => retry::compact(advice, &residue, cleaned),
+            _ => None,
+        };
+        if let (Some(code), Some(cleaned)) = (code, &self.cleaned_batch_ids) {
+            return StoredStarted::Short(ShortStarted {
+                l: self.lease_expires_at,
+                r: code,
+                t: Some(self.trigger).filter(|t| *t != Trigger::Scheduled),
+                u: self.run_ref.clone(),
+                s: self.residue.clone(),
+                c: cleaned.clone(),
+            });
+        }
         let cleaned = self.cleaned_batch_ids.as_deref().unwrap_or_default();
         let retry = self.retry.as_ref().map(|advice| match retry::compact(advice, &residue, cleaned) {
             Some(code) => StoredRetry::Rebuilt(code),
             None => StoredRetry::Kept(advice.clone()),
         });
-        StoredStarted {
+        StoredStarted::Long(LongStarted {
             trigger: self.trigger,
             run_ref: self.run_ref.clone(),
             lease_expires_at: self.lease_expires_at,
             residue: self.residue.clone(),
             retry,
             cleaned_batch_ids: self.cleaned_batch_ids.clone(),
-        }
+        })
     }
 }
 
@@ -85,6 +133,17 @@ impl TryFrom<StoredStarted> for Started {
     type Error = String;
 
     fn try_from(s: StoredStarted) -> Result<Self, String> {
+        let s = match s {
+            StoredStarted::Long(long) => long,
+            StoredStarted::Short(short) => LongStarted {
+                trigger: short.t.unwrap_or(Trigger::Scheduled),
+                run_ref: short.u,
+                lease_expires_at: short.l,
+                residue: short.s,
+                retry: Some(StoredRetry::Rebuilt(short.r)),
+                cleaned_batch_ids: Some(short.c),
+            },
+        };
         let retry = match s.retry {
             None => None,
             Some(StoredRetry::Kept(advice)) => Some(advice),
@@ -289,19 +348,28 @@ mod tests {
     }
 
     #[test]
-    fn a_started_detail_is_stored_with_its_advice_as_a_number_and_reads_back_exactly() {
+    fn a_started_detail_is_stored_short_with_its_advice_as_a_number_and_reads_back_exactly() {
         use crate::domain::policy::WriteMode;
         let ids = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         let overwrite = retry::advise(WriteMode::OverwritePartition, "ds", false, &[], &[]).unwrap();
         let append = retry::advise(WriteMode::Append, "ds", false, &ids(&["t-1"]), &ids(&["t-1"])).unwrap();
-        for detail in [started(&[], &[], overwrite.clone()), started(&["t-1"], &["t-1"], append)] {
+        let retried =
+            Started { trigger: Trigger::Retry, run_ref: Some("run-7".into()), ..started(&[], &[], overwrite.clone()) };
+        for detail in [started(&[], &[], overwrite.clone()), started(&["t-1"], &["t-1"], append), retried] {
             let stored = serde_json::to_value(detail.stored()).unwrap();
-            assert!(stored["retry"].is_u64(), "{stored}");
+            assert!(stored["r"].is_u64(), "{stored}");
             let shown = serde_json::to_value(&detail).unwrap();
             let (stored_len, shown_len) = (stored.to_string().len(), shown.to_string().len());
             assert!(stored_len + 60 < shown_len, "{stored} is not much smaller than {shown}");
             assert_eq!(serde_json::from_value::<Started>(stored).unwrap(), detail);
         }
+        // An ordinary start: its lease and advice, nothing else.
+        let ordinary = serde_json::to_value(started(&[], &[], overwrite.clone()).stored()).unwrap();
+        assert_eq!(ordinary, json!({"l": "2026-01-01T01:00:00.123456789Z", "r": 0}));
+        // The form stored from issue 14 until the short one reads the same.
+        let keyed = json!({"trigger": "scheduled", "run_ref": null, "lease_expires_at": "2026-01-01T01:00:00.123456789Z",
+            "residue": [], "cleaned_batch_ids": [], "retry": 0});
+        assert_eq!(serde_json::from_value::<Started>(keyed).unwrap(), started(&[], &[], overwrite.clone()));
         let shown = json!({"trigger": "scheduled", "run_ref": null, "lease_expires_at": "2026-01-01T01:00:00.123456789Z",
             "residue": [], "cleaned_batch_ids": [], "retry": {"safe": true, "cleanup": {},
             "reason": "overwrite_partition: the rewrite replaces every earlier row of the partitions"}});
@@ -317,7 +385,7 @@ mod tests {
         let advice = retry::advise(WriteMode::DeleteInsertByBatch, "ds", false, &residue, &[]).unwrap();
         let detail = started(&["t-1"], &[], advice);
         let stored = serde_json::to_value(detail.stored()).unwrap();
-        assert_eq!(stored["retry"], serde_json::to_value(&detail.retry).unwrap());
+        assert_eq!(stored["retry"], serde_json::to_value(&detail.retry).unwrap(), "{stored}");
         assert_eq!(serde_json::from_value::<Started>(stored.clone()).unwrap(), detail);
         let mut unknown = stored;
         unknown["retry"] = json!(99);
