@@ -204,19 +204,25 @@ fn checks_as_stored<S: Serializer>(checks: &[CheckResult], s: S) -> std::result:
 }
 
 /// What the registry keeps of a request to know it again (an idempotent
-/// start, a repeated commit or fail): the SHA-256 of its canonical body,
-/// base64url, 43 characters instead of the body.
+/// start, a repeated commit or fail): the first 128 bits of the SHA-256 of
+/// its canonical body, base64url, 22 characters instead of the body. Two
+/// different bodies of one batch or key agree on them by chance once in
+/// 2^128; it only has to tell a repeat from a different request.
 pub(super) fn fingerprint(canonical: &str) -> String {
     use base64::Engine;
     use sha2::Digest;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(canonical.as_bytes()))
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&sha2::Sha256::digest(canonical.as_bytes())[..16])
 }
 
-/// Whether a stored fingerprint is this request's: its hash, or (rows
-/// written before issue 14) its canonical body itself. A body is a JSON
-/// object, never 43 base64url characters, so the two cannot be confused.
+/// Whether a stored fingerprint is this request's: its [`fingerprint`], its
+/// whole SHA-256 (43 characters, rows written from issue 14 until the hash
+/// was cut to 128 bits), or (rows written before issue 14) its canonical body
+/// itself.
 pub(super) fn same_request(stored: &str, canonical: &str) -> bool {
-    stored == canonical || stored == fingerprint(canonical)
+    use base64::Engine;
+    use sha2::Digest;
+    let whole = || base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(canonical.as_bytes()));
+    stored == fingerprint(canonical) || stored == canonical || stored == whole()
 }
 
 /// One partition of a batch (its `task_produce_log` row), with what the batch reported for it.
@@ -768,6 +774,21 @@ impl From<DatasetRow> for DatasetRecord {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_request_is_known_again_by_each_stored_fingerprint() {
+        use base64::Engine;
+        use sha2::Digest;
+        let body = r#"{"marker":"s3://m","partitions":[]}"#;
+        let stored = fingerprint(body);
+        assert_eq!(stored.len(), 22, "{stored}");
+        let whole = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(body.as_bytes()));
+        assert!(whole.starts_with(&stored[..21]), "the first 128 bits of the whole hash");
+        for kept in [stored.as_str(), whole.as_str(), body] {
+            assert!(same_request(kept, body), "{kept}");
+            assert!(!same_request(kept, r#"{"marker":"s3://other","partitions":[]}"#), "{kept}");
+        }
+    }
 
     /// A time inside a document the query built reads as sqlx reads the same
     /// stored text from a SQLite column, in each form sqlx knows, and is an

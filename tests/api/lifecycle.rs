@@ -255,7 +255,7 @@ async fn a_replay_is_rebuilt_from_the_batch_as_it_was_decided(app: TestApp) {
     assert_eq!(stored[0][0], None, "no second copy of the record");
     let canonical = evidence.to_string();
     let hash = stored[0][1].clone().expect("fingerprint");
-    assert!(hash.len() == 43 && !canonical.contains(&hash), "a hash, not the body: {hash}");
+    assert!(hash.len() == 22 && !canonical.contains(&hash), "a 128-bit hash, not the body: {hash}");
 }
 
 /// A row decided before replays were rebuilt keeps the record it answered
