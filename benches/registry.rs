@@ -51,6 +51,7 @@ mod load;
 #[path = "../tests/api/seed.rs"]
 mod seed;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -324,6 +325,33 @@ impl Db {
         }
     }
 
+    /// Bytes each table and index takes (SQLite: pages, `dbstat`;
+    /// PostgreSQL: `pg_relation_size`, TOAST included), by name.
+    async fn sizes(&self) -> Result<BTreeMap<String, i64>> {
+        let rows: Vec<(String, i64)> = match self.backend {
+            Backend::Sqlite => {
+                let mut c = SqliteConnection::connect(&self.url).await?;
+                let rows = sqlx::query_as("SELECT name, CAST(SUM(pgsize) AS INTEGER) FROM dbstat GROUP BY name")
+                    .fetch_all(&mut c)
+                    .await?;
+                c.close().await?;
+                rows
+            }
+            Backend::Postgres => {
+                let mut c = PgConnection::connect(&self.url).await?;
+                let rows = sqlx::query_as(
+                    "SELECT c.relname::text, pg_relation_size(c.oid) + COALESCE(pg_relation_size(NULLIF(c.reltoastrelid, 0)), 0) \
+                     FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'i')",
+                )
+                .fetch_all(&mut c)
+                .await?;
+                c.close().await?;
+                rows
+            }
+        };
+        Ok(rows.into_iter().collect())
+    }
+
     async fn batches(&self) -> Result<i64> {
         const SQL: &str = "SELECT COUNT(*) FROM batches";
         match self.backend {
@@ -499,6 +527,8 @@ struct Figures {
     others_cpu: f64,
     writes: Vec<Writes>,
     api_bytes: Option<f64>,
+    /// The tables and indexes those bytes went to, largest first.
+    api_bytes_by_relation: Vec<(String, f64)>,
     waiters: Option<Waiters>,
 }
 
@@ -595,10 +625,19 @@ async fn measure_db(
         if small {
             let size0 = db.size().await?;
             let count0 = db.batches().await?;
+            let sizes0 = db.sizes().await?;
             f.writes = writes(&http, &bases, db, knobs).await?;
             f.waiters = Some(waiters(&http, &services, db, datasets - 2, knobs).await?);
             let (size1, count1) = (db.size().await?, db.batches().await?);
-            f.api_bytes = Some((size1 - size0) as f64 / (count1 - count0).max(1) as f64);
+            let batches = (count1 - count0).max(1) as f64;
+            f.api_bytes = Some((size1 - size0) as f64 / batches);
+            let mut grown: Vec<(String, f64)> = (db.sizes().await?.into_iter())
+                .map(|(name, size)| (size - sizes0.get(&name).copied().unwrap_or(0), name))
+                .filter(|(delta, _)| *delta > 0)
+                .map(|(delta, name)| (name, delta as f64 / batches))
+                .collect();
+            grown.sort_by(|a, b| b.1.total_cmp(&a.1));
+            f.api_bytes_by_relation = grown;
         }
         anyhow::Ok(())
     }
@@ -1141,6 +1180,8 @@ fn report(backend: Backend, s: &Figures, b: &Figures) {
             "bytes per one-partition batch written by the API (small registry, size delta / batches): {api:.0}  goal <= 1024  {}",
             verdict(api <= BYTES_GOAL)
         );
+        let parts: Vec<String> = s.api_bytes_by_relation.iter().map(|(name, b)| format!("{name} {b:.0}")).collect();
+        println!("  by table and index: {}", parts.join(", "));
     }
     println!();
     let goal = if backend == Backend::Postgres { PG_WRITES_GOAL } else { SQLITE_WRITES_GOAL };
