@@ -1406,6 +1406,53 @@ mod stored {
         assert_eq!(text, "[1,9,23,31,39,47,[48,[1000.0,0.3,7]],57]");
     }
 
+    /// Rows stored in this form keep reading as they were answered: the
+    /// values and messages a check gives back from its record are part of
+    /// the stored format. A change to any of them (a message's wording
+    /// included) fails here, and needs a new stored form that keeps this
+    /// one readable as it is.
+    #[test]
+    fn stored_checks_read_as_they_were_answered() {
+        let declared = vec![spec("dt=2022-09-26")];
+        let counts = PartitionEvidence {
+            partition: declared[0].clone(),
+            rows_written: 1000,
+            row_count: 1000,
+            distinct_keys: None,
+            null_keys: None,
+            metrics: BTreeMap::new(),
+        };
+        let record = Recorded::new(
+            Some("hdfs://warehouse/dsx/dt=2022-09-26/_SUCCESS".into()),
+            None,
+            [(declared[0].clone(), Some(counts))],
+        );
+        let stored: Vec<StoredCheck> = serde_json::from_str("[1,9,17,31,39,41,[48,[1000.0,0.3,7]],63]").unwrap();
+        let read = rebuild(stored, || Ok::<_, String>(record)).unwrap();
+        let shown = serde_json::to_string(&read.iter().map(Sorted).collect::<Vec<_>>()).unwrap();
+        assert_eq!(shown, GOLDEN, "{shown}");
+    }
+
+    const GOLDEN: &str = concat!(
+        "[",
+        r#"{"blocking":true,"expected":"a non-empty completion marker","message":"completion marker present","name":"marker_present","observed":"hdfs://warehouse/dsx/dt=2022-09-26/_SUCCESS","status":"pass"}"#,
+        ",",
+        r#"{"blocking":true,"expected":{"declared":1},"message":"all 1 declared partitions reported","name":"partitions_complete","observed":{"duplicated":[],"missing":[],"reported":1,"unexpected":[]},"status":"pass"}"#,
+        ",",
+        r#"{"blocking":true,"expected":1000,"message":"partition holds the 1000 rows the batch accounts for","name":"rows_match_written","observed":1000,"partition":"dt=2022-09-26","status":"pass"}"#,
+        ",",
+        r#"{"blocking":true,"expected":1000,"message":"distinct_keys not reported","name":"unique_keys","observed":null,"partition":"dt=2022-09-26","status":"skipped"}"#,
+        ",",
+        r#"{"blocking":true,"expected":0,"message":"null_keys not reported","name":"null_keys","observed":null,"partition":"dt=2022-09-26","status":"skipped"}"#,
+        ",",
+        r#"{"blocking":true,"expected":"> 0","message":"partition has rows","name":"non_empty","observed":1000,"partition":"dt=2022-09-26","status":"pass"}"#,
+        ",",
+        r#"{"blocking":false,"expected":{"baseline":1000.0,"max_change":0.3,"periods":7},"message":"+0.0% against the median of 7 earlier dates","name":"volume_vs_baseline","observed":{"change":0.0,"row_count":1000},"partition":"dt=2022-09-26","status":"pass"}"#,
+        ",",
+        r#"{"blocking":true,"expected":null,"message":"no source counts given","name":"source_reconciliation","observed":null,"status":"skipped"}"#,
+        "]"
+    );
+
     #[test]
     fn per_partition_checks_name_their_partition_by_its_place() {
         let (declared, ev, v) = commits().remove(0);
