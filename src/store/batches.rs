@@ -117,8 +117,14 @@ pub(super) fn not_found(batch_id: &str) -> Error {
     Error::not_found("batch_not_found", format!("no batch {batch_id:?}"))
 }
 
-/// Recomputes a partition's standing from its history in `task_produce_log`.
-async fn refresh_partition(c: &mut Conn<'_>, dataset: &str, partition: &str, now: DateTime<Utc>) -> Result<()> {
+/// Recomputes a partition's standing from its history in `task_produce_log`;
+/// returns the state it wrote.
+pub(super) async fn refresh_partition(
+    c: &mut Conn<'_>,
+    dataset: &str,
+    partition: &str,
+    now: DateTime<Utc>,
+) -> Result<PartitionState> {
     let history: Vec<(String, BatchState, Option<FailStage>)> = c
         .all(
             "SELECT l.batch_id, l.status, b.fail_stage FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
@@ -137,7 +143,7 @@ async fn refresh_partition(c: &mut Conn<'_>, dataset: &str, partition: &str, now
         args![dataset, partition, state, batch_id, now],
     )
     .await?;
-    Ok(())
+    Ok(state)
 }
 
 pub(super) async fn partitions_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<String>> {

@@ -265,6 +265,29 @@ impl Dialect {
     }
 }
 
+tokio::task_local! {
+    /// Statements run through [`Conn`] by the task inside [`count_statements`].
+    static STATEMENTS: std::cell::Cell<u64>;
+}
+
+/// Runs `op` and counts the statements it runs through [`Conn`] on this
+/// task (`BEGIN`, `COMMIT` and PostgreSQL's lock statements are not
+/// [`Conn`]'s): the tests pin what a start and a commit cost, so that a
+/// statement added back shows. Outside it nothing is counted.
+#[doc(hidden)]
+pub async fn count_statements<F: std::future::Future>(op: F) -> (F::Output, u64) {
+    STATEMENTS
+        .scope(std::cell::Cell::new(0), async {
+            let out = op.await;
+            (out, STATEMENTS.with(std::cell::Cell::get))
+        })
+        .await
+}
+
+fn counted() {
+    let _ = STATEMENTS.try_with(|n| n.set(n.get() + 1));
+}
+
 impl Conn<'_> {
     pub fn dialect(&self) -> Dialect {
         match self {
@@ -274,6 +297,7 @@ impl Conn<'_> {
     }
 
     pub async fn all<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<Vec<R>> {
+        counted();
         match self {
             Conn::Sqlite(c) => sqlx::query_as_with(sql, sqlite_args(args)).fetch_all(&mut **c).await,
             Conn::Postgres(c) => sqlx::query_as_with(sql, pg_args(args)).fetch_all(&mut **c).await,
@@ -281,6 +305,7 @@ impl Conn<'_> {
     }
 
     pub async fn opt<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<Option<R>> {
+        counted();
         match self {
             Conn::Sqlite(c) => sqlx::query_as_with(sql, sqlite_args(args)).fetch_optional(&mut **c).await,
             Conn::Postgres(c) => sqlx::query_as_with(sql, pg_args(args)).fetch_optional(&mut **c).await,
@@ -288,6 +313,7 @@ impl Conn<'_> {
     }
 
     pub async fn one<R: Row>(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<R> {
+        counted();
         match self {
             Conn::Sqlite(c) => sqlx::query_as_with(sql, sqlite_args(args)).fetch_one(&mut **c).await,
             Conn::Postgres(c) => sqlx::query_as_with(sql, pg_args(args)).fetch_one(&mut **c).await,
@@ -296,6 +322,7 @@ impl Conn<'_> {
 
     /// Runs a statement; returns the number of rows it affected.
     pub async fn exec(&mut self, sql: &str, args: Vec<Arg>) -> sqlx::Result<u64> {
+        counted();
         match self {
             Conn::Sqlite(c) => {
                 sqlx::query_with(sql, sqlite_args(args)).execute(&mut **c).await.map(|r| r.rows_affected())

@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
-use super::batches::{event, load_policy, load_record, not_found, refresh_partitions, settle_logs};
+use super::batches::{event, load_policy, load_record, not_found, refresh_partition, settle_logs};
 use super::db::{args, Conn};
 use super::events;
 use super::records::{self, BatchRow};
@@ -21,12 +21,29 @@ use crate::domain::batch::{BatchState, EventKind, FailStage};
 use crate::domain::checks::{self, CheckName, CommitEvidence, PartitionHistory};
 use crate::domain::names::PartitionSpec;
 use crate::domain::policy::DatasetPolicy;
+use crate::domain::readiness::partition_state;
+use crate::domain::staleness::Staleness;
 use crate::error::{Error, Result};
 use crate::telemetry::{Decided as Logged, FailedCheck, Outcome};
 
-/// A declared partition and its standing: published row count, version
-/// and baseline key (`None` when it has no `partitions` row).
-type DeclaredStanding = (String, Option<i64>, Option<i64>, Option<String>);
+/// A partition a batch declared, and where it stands (`None`s when it has
+/// no `partitions` row).
+#[derive(sqlx::FromRow)]
+struct Declared {
+    target_partition: String,
+    published_row_count: Option<i64>,
+    version: Option<i64>,
+    baseline_key: Option<String>,
+    /// Why it is stale now, if it is.
+    stale_upstream: Option<Json<Staleness>>,
+    /// No later batch named the partition: this batch's row is its latest,
+    /// so a publish decides its state (`refresh_partition`'s rule) without
+    /// reading its history. Always so for a running batch (a start on its
+    /// partitions abandons it first); read, not assumed.
+    latest: bool,
+    /// The batch read the partition it writes.
+    reads_it: bool,
+}
 
 /// How many times in all a decision just stored is read back for its answer.
 const READ_BACK_ATTEMPTS: u32 = 3;
@@ -205,9 +222,14 @@ impl SqlStore {
         let mut c = tx.conn();
         let policy = load_policy(&mut c, &b.dataset).await?.policy();
         // The declared partitions with their standing, in one statement.
-        let standing: Vec<DeclaredStanding> = c
+        let standing: Vec<Declared> = c
             .all(
-                "SELECT l.target_partition, p.published_row_count, p.version, p.baseline_key FROM task_produce_log l \
+                "SELECT l.target_partition, p.published_row_count, p.version, p.baseline_key, p.stale_upstream, \
+                   NOT EXISTS (SELECT 1 FROM task_produce_log n WHERE n.target_table = $2 \
+                     AND n.target_partition = l.target_partition AND n.batch_seq > l.batch_seq) AS latest, \
+                   EXISTS (SELECT 1 FROM batch_inputs i WHERE i.batch_id = $1 AND i.input_dataset = $2 \
+                     AND i.input_partition = l.target_partition) AS reads_it \
+                 FROM task_produce_log l \
                  LEFT JOIN partitions p ON p.dataset = $2 AND p.partition_spec = l.target_partition \
                  WHERE l.batch_id = $1 ORDER BY l.target_partition",
                 args![batch_id, &b.dataset],
@@ -215,18 +237,19 @@ impl SqlStore {
             .await?;
         let mut declared = Vec::with_capacity(standing.len());
         let mut history = BTreeMap::new();
-        for (p, published_row_count, version, baseline_key) in standing {
-            let spec = PartitionSpec::parse(&p).map_err(|e| anyhow::anyhow!("stored partition {p:?}: {e}"))?;
-            let (Some(version), Some(baseline_key)) = (version, baseline_key) else {
+        for d in &standing {
+            let p = &d.target_partition;
+            let spec = PartitionSpec::parse(p).map_err(|e| anyhow::anyhow!("stored partition {p:?}: {e}"))?;
+            let (Some(version), Some(baseline_key)) = (d.version, &d.baseline_key) else {
                 return Err(
                     anyhow::anyhow!("batch {batch_id} declares partition {p:?}, which has no partitions row").into()
                 );
             };
-            let baseline = records::baseline(&mut c, &b.dataset, &baseline_key, b.dt, policy.baseline_periods).await?;
+            let baseline = records::baseline(&mut c, &b.dataset, baseline_key, b.dt, policy.baseline_periods).await?;
             history.insert(
                 spec.clone(),
                 PartitionHistory {
-                    published_row_count: if version > 0 { published_row_count } else { None },
+                    published_row_count: if version > 0 { d.published_row_count } else { None },
                     baseline,
                 },
             );
@@ -259,18 +282,41 @@ impl SqlStore {
         let mut ripple = self.ripple();
         let changed = if verdict.passed {
             super::feed::lock(&mut c).await?;
+            // A batch of one partition that it does not read: nothing else in
+            // this transaction reads the partition's invalidation or staleness
+            // before its publish is judged (`staleness::Published::cleared`),
+            // so the publishing UPDATE clears them.
+            let clears = matches!(standing.as_slice(), [only] if !only.reads_it);
+            // Its state and batch, by the rule `refresh_partition` applies to
+            // its history, whose latest row is this publish's.
+            let ready = partition_state(Some(state), true);
             // Passed: `partitions_complete` blocks in every tier, so the
             // evidence names each declared partition once.
             let mut published = Vec::new();
             for p in &evidence.partitions {
+                let d = standing.iter().find(|d| d.target_partition == p.partition.as_str()).ok_or_else(|| {
+                    anyhow::anyhow!("batch {batch_id} published undeclared partition {}", p.partition)
+                })?;
+                let mut set = String::new();
+                let mut values = args![&b.dataset, p.partition.as_str(), batch_id, p.row_count, now];
+                if d.latest {
+                    set.push_str(", state = $6, batch_id = $3, updated_at = $5");
+                    values.extend(args![ready]);
+                }
+                if clears {
+                    set.push_str(", invalidated_reason = NULL, invalidated_at = NULL, stale_upstream = NULL");
+                }
                 // The earlier publisher comes back as the new
                 // `prev_published_batch_id` (SET reads the row as it was).
                 let (version, prev): (i64, Option<String>) = c
                     .one(
-                        "UPDATE partitions SET version = version + 1, published_batch_id = $3, published_row_count = $4, published_at = $5, \
-                           prev_published_batch_id = published_batch_id, prev_published_row_count = published_row_count \
-                         WHERE dataset = $1 AND partition_spec = $2 RETURNING version, prev_published_batch_id",
-                        args![&b.dataset, p.partition.as_str(), batch_id, p.row_count, now],
+                        &format!(
+                            "UPDATE partitions SET version = version + 1, published_batch_id = $3, published_row_count = $4, \
+                               published_at = $5, prev_published_batch_id = published_batch_id, \
+                               prev_published_row_count = published_row_count{set} \
+                             WHERE dataset = $1 AND partition_spec = $2 RETURNING version, prev_published_batch_id"
+                        ),
+                        values,
                     )
                     .await?;
                 c.exec(
@@ -285,15 +331,31 @@ impl SqlStore {
                 if let Some(prev) = prev {
                     supersede(&mut c, &prev, p.partition.as_str(), batch_id, now).await?;
                 }
-                published.push((p.partition.to_string(), version));
+                published.push((p.partition.as_str(), version, d));
             }
-            let changed = refresh_partitions(&mut c, &b, now).await?;
-            for (partition, version) in &published {
-                staleness::on_published(&mut c, &b.dataset, partition, batch_id, *version, now, &mut ripple).await?;
+            // A partition a later batch also named (so never while this one
+            // runs) has its state from its whole history, as a fail's has.
+            let mut states = BTreeMap::new();
+            for d in standing.iter().filter(|d| !d.latest) {
+                states.insert(
+                    d.target_partition.as_str(),
+                    refresh_partition(&mut c, &b.dataset, &d.target_partition, now).await?,
+                );
+            }
+            for (partition, version, d) in published {
+                let publish = staleness::Published {
+                    dataset: &b.dataset,
+                    partition,
+                    batch_id,
+                    version,
+                    state: states.get(partition).copied().unwrap_or(ready),
+                    cleared: clears.then_some(d.stale_upstream.is_some()),
+                };
+                staleness::on_published(&mut c, publish, &policy, now, &mut ripple).await?;
             }
             event(&mut c, batch_id, EventKind::Committed, now, events::StoredCommitted::published()).await?;
             alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
-            changed
+            standing.iter().map(|d| d.target_partition.clone()).collect()
         } else {
             for p in &evidence.partitions {
                 c.exec(

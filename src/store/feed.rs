@@ -9,6 +9,7 @@ use super::db::{args, Conn};
 use super::events::ChangeDetail;
 use super::outbox::{self, NewChange};
 use super::staleness::Ripple;
+use crate::domain::policy::DatasetPolicy;
 use crate::domain::readiness::ChangeKind;
 use crate::error::Result;
 
@@ -23,11 +24,13 @@ pub(super) async fn lock(c: &mut Conn<'_>) -> Result<()> {
 }
 
 /// Appends a readiness change to the feed, and queues it for the receivers
-/// it is pushed to (in the same transaction).
+/// it is pushed to (in the same transaction). `policy` is the dataset's,
+/// which the caller has read already.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn emit(
     c: &mut Conn<'_>,
     ripple: &Ripple,
+    policy: &DatasetPolicy,
     kind: ChangeKind,
     dataset: &str,
     partition: &str,
@@ -48,7 +51,7 @@ pub(super) async fn emit(
         )
         .await?;
     let change = NewChange { id, kind: kind.as_str(), dataset, partition, version, batch_id, detail: &detail, at: now };
-    outbox::on_change(c, ripple, change).await
+    outbox::on_change(c, ripple, policy, change).await
 }
 
 /// A readiness change, as the feed lists it.

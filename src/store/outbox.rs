@@ -21,6 +21,7 @@ use super::events::ChangeDetail;
 use super::staleness::Ripple;
 use super::{Page, Position, SqlStore};
 use crate::domain::alerts::{severity, Action, AlertKind};
+use crate::domain::policy::DatasetPolicy;
 use crate::domain::push::{feed_cursor, AssetEventExtra, CloudEvent, PendingAssetEvent, Target};
 use crate::error::Result;
 
@@ -172,10 +173,14 @@ async fn queue(c: &mut Conn<'_>, target: Target, change: &NewChange<'_>, url: &s
 /// Queues a change for its receivers, in the transaction that wrote it: a
 /// CloudEvent for every events URL (the service's and the dataset's), and,
 /// for a published version of a dataset with an `airflow_asset`, an asset
-/// event for Airflow.
-pub(super) async fn on_change(c: &mut Conn<'_>, ripple: &Ripple, change: NewChange<'_>) -> Result<()> {
+/// event for Airflow. `policy` is the changed dataset's.
+pub(super) async fn on_change(
+    c: &mut Conn<'_>,
+    ripple: &Ripple,
+    policy: &DatasetPolicy,
+    change: NewChange<'_>,
+) -> Result<()> {
     let wants_airflow = matches!(change.kind, "published" | "restated") && ripple.receivers.airflow.is_some();
-    let policy = load_policy(c, change.dataset).await?.policy();
     let mut urls: Vec<&String> = ripple.receivers.events.iter().chain(policy.events_url.iter()).collect();
     urls.sort();
     urls.dedup();

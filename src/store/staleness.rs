@@ -13,12 +13,12 @@ use super::batches::load_policy;
 use super::db::{args, Conn};
 use super::events::ChangeDetail;
 use super::feed::emit;
-use super::lineage::inputs_of;
 use super::outbox::Receivers;
-use super::records::{load_partition, PartitionRecord};
+use super::records::{load_partition, PartitionRecord, PARTITION_COLUMNS};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Action, AlertKind};
-use crate::domain::readiness::ChangeKind;
+use crate::domain::policy::DatasetPolicy;
+use crate::domain::readiness::{ChangeKind, PartitionState, Standing};
 use crate::domain::staleness::Staleness;
 use crate::error::Result;
 
@@ -30,62 +30,107 @@ pub(super) struct Ripple {
     pub receivers: Receivers,
 }
 
-/// Why a partition built from `input` at `built_on` is stale now, if it is.
-fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: &PartitionRecord) -> Option<Staleness> {
-    Staleness::of(input_dataset, input_partition, built_on, now.standing(), now.version)
+/// Where an upstream partition stands: what staleness is judged against.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Upstream {
+    pub standing: Standing,
+    pub version: i64,
 }
 
-/// After a batch published `partition` at `version`: records the change,
-/// clears an invalidation, decides whether the new version is itself stale
-/// (it read an input that has moved on), and makes everything built on the
-/// old version stale.
+impl From<&PartitionRecord> for Upstream {
+    fn from(p: &PartitionRecord) -> Self {
+        Self { standing: p.standing(), version: p.version }
+    }
+}
+
+/// Why a partition built from `input` at `built_on` is stale now, if it is.
+fn staleness(input_dataset: &str, input_partition: &str, built_on: i64, now: Upstream) -> Option<Staleness> {
+    Staleness::of(input_dataset, input_partition, built_on, now.standing, now.version)
+}
+
+/// An input of a batch with its partition's row as it is now (inputs
+/// without a row are left out: nothing was published there to go stale).
+#[derive(sqlx::FromRow)]
+struct InputNow {
+    input_dataset: String,
+    input_partition: String,
+    input_version: i64,
+    #[sqlx(flatten)]
+    partition: PartitionRecord,
+}
+
+/// Whether a version built by `batch_id` is stale at birth: the first of the
+/// inputs it read (by dataset and partition) that has moved on since. One
+/// statement for the inputs and their partitions.
+async fn stale_at_birth(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<Staleness>> {
+    let columns = PARTITION_COLUMNS.split(", ").map(|col| format!("p.{}", col.trim())).collect::<Vec<_>>().join(", ");
+    let sql = format!(
+        "SELECT i.input_dataset, i.input_partition, i.input_version, {columns} FROM batch_inputs i \
+         JOIN partitions p ON p.dataset = i.input_dataset AND p.partition_spec = i.input_partition \
+         WHERE i.batch_id = $1 ORDER BY i.input_dataset, i.input_partition"
+    );
+    let inputs: Vec<InputNow> = c.all(&sql, args![batch_id]).await?;
+    Ok(inputs
+        .iter()
+        .find_map(|i| staleness(&i.input_dataset, &i.input_partition, i.input_version, Upstream::from(&i.partition))))
+}
+
+/// A partition a batch has just published: its version, the state the
+/// publish wrote, and, when the publishing `UPDATE` also cleared its
+/// invalidation and staleness ([`Published::cleared`]), whether it was stale
+/// before.
+pub(super) struct Published<'a> {
+    pub dataset: &'a str,
+    pub partition: &'a str,
+    pub batch_id: &'a str,
+    pub version: i64,
+    pub state: PartitionState,
+    /// `Some(was_stale)`: the publishing `UPDATE` cleared
+    /// `invalidated_reason`, `invalidated_at` and `stale_upstream`, which
+    /// were read before it (a batch of one partition that does not read it:
+    /// nothing else in the transaction reads them between that `UPDATE` and
+    /// here). `None`: they are read and cleared here.
+    pub cleared: Option<bool>,
+}
+
+/// After a batch published a partition: records the change, clears an
+/// invalidation, decides whether the new version is itself stale (it read
+/// an input that has moved on), and makes everything built on the old
+/// version stale. `policy` is the dataset's.
 pub(super) async fn on_published(
     c: &mut Conn<'_>,
-    dataset: &str,
-    partition: &str,
-    batch_id: &str,
-    version: i64,
+    p: Published<'_>,
+    policy: &DatasetPolicy,
     now: DateTime<Utc>,
     ripple: &mut Ripple,
 ) -> Result<()> {
-    let before = load_partition(c, dataset, partition).await?;
-    let was_stale = before.as_ref().is_some_and(|s| s.stale_upstream.is_some());
-    emit(
-        c,
-        ripple,
-        if version == 1 { ChangeKind::Published } else { ChangeKind::Restated },
-        dataset,
-        partition,
-        version,
-        Some(batch_id),
-        ChangeDetail::default(),
-        now,
-    )
-    .await?;
+    let Published { dataset, partition, batch_id, version, state, cleared } = p;
+    let was_stale = match cleared {
+        Some(was_stale) => was_stale,
+        None => load_partition(c, dataset, partition).await?.is_some_and(|s| s.stale_upstream.is_some()),
+    };
+    let kind = if version == 1 { ChangeKind::Published } else { ChangeKind::Restated };
+    let published = ChangeDetail::default();
+    emit(c, ripple, policy, kind, dataset, partition, version, Some(batch_id), published, now).await?;
 
-    let mut stale = None;
-    for input in inputs_of(c, batch_id).await? {
-        if let Some(s) = load_partition(c, &input.dataset, &input.partition).await? {
-            if let Some(why) = staleness(&input.dataset, &input.partition, input.version, &s) {
-                stale = Some(why);
-                break;
-            }
-        }
+    let stale = stale_at_birth(c, batch_id).await?;
+    if cleared.is_none() || stale.is_some() {
+        c.exec(
+            "UPDATE partitions SET invalidated_reason = NULL, invalidated_at = NULL, stale_upstream = $3 WHERE dataset = $1 AND partition_spec = $2",
+            args![dataset, partition, stale.clone().map(Json)],
+        )
+        .await?;
     }
-    c.exec(
-        "UPDATE partitions SET invalidated_reason = NULL, invalidated_at = NULL, stale_upstream = $3 WHERE dataset = $1 AND partition_spec = $2",
-        args![dataset, partition, stale.clone().map(Json)],
-    )
-    .await?;
+    let standing = Standing { state, invalidated: false, stale_upstream: stale.is_some() };
     let next = match (stale, was_stale) {
         (Some(why), _) => Some((ChangeKind::Stale, ChangeDetail::stale(why))),
         (None, true) => Some((ChangeKind::FreshAgain, ChangeDetail::default())),
         (None, false) => None,
     };
     if let Some((kind, detail)) = next {
-        emit(c, ripple, kind, dataset, partition, version, Some(batch_id), detail, now).await?;
+        emit(c, ripple, policy, kind, dataset, partition, version, Some(batch_id), detail, now).await?;
     }
-    propagate(c, dataset, partition, now, ripple).await?;
+    propagate(c, dataset, partition, Upstream { standing, version }, now, ripple).await?;
     Ok(())
 }
 
@@ -106,9 +151,11 @@ pub(super) async fn invalidate(
         args![dataset, partition, reason, now],
     )
     .await?;
+    let policy = load_policy(c, dataset).await?.policy();
     emit(
         c,
         ripple,
+        &policy,
         ChangeKind::Invalidated,
         dataset,
         partition,
@@ -119,7 +166,8 @@ pub(super) async fn invalidate(
     )
     .await?;
     ripple.changes.push(Change { dataset: dataset.to_owned(), partitions: Some(vec![partition.to_owned()]) });
-    propagate(c, dataset, partition, now, ripple).await?;
+    let standing = Standing { invalidated: true, ..s.standing() };
+    propagate(c, dataset, partition, Upstream { standing, version: s.version }, now, ripple).await?;
     Ok(true)
 }
 
@@ -147,23 +195,30 @@ pub const CONSUMERS_SQL: &str =
      WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY d.dataset, d.partition_spec";
 
 /// Marks stale, transitively, every partition whose current version was
-/// built on an older version of `root` (or on `root` while it is stale or
-/// invalidated).
+/// built on an older version of the root partition (`dataset`,
+/// `partition`), or on it while it is stale or invalidated. `root` is where
+/// the root stands: the caller has just written it.
 async fn propagate(
     c: &mut Conn<'_>,
     dataset: &str,
     partition: &str,
+    root: Upstream,
     now: DateTime<Utc>,
     ripple: &mut Ripple,
 ) -> Result<()> {
     let mut queue = VecDeque::from([(dataset.to_owned(), partition.to_owned())]);
     let mut seen = BTreeSet::new();
+    let mut root = Some(root);
     while let Some((ds, p)) = queue.pop_front() {
         if !seen.insert((ds.clone(), p.clone())) {
             continue;
         }
-        let Some(upstream) = load_partition(c, &ds, &p).await? else {
-            continue;
+        let upstream = match root.take() {
+            Some(root) => root,
+            None => match load_partition(c, &ds, &p).await? {
+                Some(upstream) => Upstream::from(&upstream),
+                None => continue,
+            },
         };
         let consumers: Vec<Consumer> = c.all(CONSUMERS_SQL, args![&ds, &p]).await?;
         for Consumer {
@@ -176,7 +231,7 @@ async fn propagate(
             dt: cdt,
         } in consumers
         {
-            let Some(why) = staleness(&ds, &p, built_on, &upstream) else {
+            let Some(why) = staleness(&ds, &p, built_on, upstream) else {
                 continue;
             };
             if cstale.is_none() {
@@ -185,9 +240,11 @@ async fn propagate(
                     args![&cds, &cp, Json(&why), now],
                 )
                 .await?;
+                let policy = load_policy(c, &cds).await?.policy();
                 emit(
                     c,
                     ripple,
+                    &policy,
                     ChangeKind::Stale,
                     &cds,
                     &cp,
@@ -198,7 +255,6 @@ async fn propagate(
                 )
                 .await?;
                 ripple.changes.push(Change { dataset: cds.clone(), partitions: Some(vec![cp.clone()]) });
-                let policy = load_policy(c, &cds).await?.policy();
                 let hooks: Vec<String> =
                     ripple.receivers.webhook.iter().chain(policy.webhook_url.iter()).cloned().collect();
                 let alert = NewAlert {

@@ -39,5 +39,6 @@ mod push;
 mod repairs;
 mod retries;
 mod seed;
+mod statements;
 mod tls;
 mod wire;

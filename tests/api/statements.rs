@@ -1,0 +1,103 @@
+//! What a steady-state start and commit cost the registry's writer, in
+//! statements (issue 14): on SQLite each crosses to sqlx's worker thread
+//! under the one write lock, on PostgreSQL each is a round trip under the
+//! dataset's (and then the feed's) lock. The numbers are pinned, so that a
+//! statement added back to either path shows here.
+
+use std::sync::Arc;
+
+use batchgate::clock::SystemClock;
+use batchgate::domain::batch::Trigger;
+use batchgate::domain::checks::{CommitEvidence, PartitionEvidence};
+use batchgate::domain::names::{parse_dt, DatasetName, PartitionSpec, TaskName};
+use batchgate::store::db::count_statements;
+use batchgate::store::{Decided, SqlStore, StartBatch};
+
+use crate::helpers::{clean, Backend, TestApp};
+use crate::on_both_backends;
+
+on_both_backends!(a_steady_state_start_and_commit_run_a_pinned_number_of_statements);
+
+/// Statements one start and one commit of a single partition run, on a
+/// dataset that exists and a partition not yet published: `(start, commit)`.
+/// The commit's include the read of its answer after the `COMMIT` (2), and
+/// on PostgreSQL the read of the batch's dataset before the `BEGIN` (1).
+/// `BEGIN`, `COMMIT` and PostgreSQL's advisory locks are not counted.
+fn pinned(backend: Backend, inputs: u64) -> (u64, u64) {
+    let pg = u64::from(backend == Backend::Postgres);
+    // Start: the policy; the partition's row (who else is writing it); the
+    // attempt number; the residue; the batch, its log row, the partition's
+    // row, its started event; per input, its partition (resolved) and its
+    // row in batch_inputs.
+    let start = 8 + 2 * inputs;
+    // Commit: the batch; the policy; the declared partitions' standing; the
+    // volume baseline; the batch's row; the partition (version, state,
+    // invalidation cleared); its log row; the published change; the inputs
+    // and where they stand now (one statement, however many); the readers
+    // of the partition; the committed event; the open alerts to resolve;
+    // then the record and its events, read back.
+    let commit = 14 + pg;
+    (start, commit)
+}
+
+/// Starts and commits one batch of `dataset` writing `dt=<dt>` that reads
+/// `inputs`, directly on the store; returns the statements each ran.
+async fn cycle(store: &SqlStore, dataset: &str, dt: &str, inputs: &[(&str, &str)]) -> (u64, u64) {
+    let partition = PartitionSpec::parse(&format!("dt={dt}")).expect("partition");
+    let start = StartBatch {
+        task: TaskName::parse(&format!("t_{}", dataset.replace('.', "_"))).expect("task"),
+        dataset: DatasetName::parse(dataset).expect("dataset"),
+        dt: parse_dt(dt).expect("dt"),
+        partitions: vec![partition.clone()],
+        scope: None,
+        trigger: Trigger::Scheduled,
+        run_ref: None,
+        lease_seconds: 3600,
+        idempotency_key: None,
+        fingerprint: format!("start {dataset} {dt}"),
+        wildcard_partitions: Vec::new(),
+        cleaned_batch_ids: Vec::new(),
+        inputs: inputs.iter().map(|(d, p)| ((*d).to_owned(), (*p).to_owned())).collect(),
+        allow_unready_inputs: false,
+        repair_id: None,
+    };
+    let (started, start_statements) = count_statements(store.start_batch(start)).await;
+    let started = started.expect("start");
+    let evidence = CommitEvidence {
+        marker: format!("hdfs://warehouse/{dataset}/dt={dt}/_SUCCESS"),
+        partitions: vec![PartitionEvidence {
+            partition,
+            rows_written: 100,
+            row_count: 100,
+            distinct_keys: Some(100),
+            null_keys: Some(0),
+            metrics: Default::default(),
+        }],
+        source: None,
+    };
+    let commit = store.commit_batch(&started.batch_id, evidence, format!("commit {dataset} {dt}"));
+    let (decision, commit_statements) = count_statements(commit).await;
+    assert_eq!(decision.expect("commit").decided, Decided::Published);
+    (start_statements, commit_statements)
+}
+
+async fn a_steady_state_start_and_commit_run_a_pinned_number_of_statements(app: TestApp) {
+    // The steady state: the datasets exist, and each has published the data
+    // date before (the volume check's baseline has a row).
+    for (dataset, dt) in [("ods.src", "2026-08-23"), ("dwd.s", "2026-08-23"), ("ods.src", "2026-08-24")] {
+        let id = app.start_ok(&format!("t_{}", dataset.replace('.', "_")), dataset, dt, &[&format!("dt={dt}")]).await;
+        let (status, record) = app.commit(&id, &clean(&format!("dt={dt}"), 100)).await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{record}");
+    }
+    let store = SqlStore::connect(&app.db.url, &Default::default(), Arc::new(SystemClock)).await.expect("connect");
+
+    let alone = cycle(&store, "dwd.s", "2026-08-24", &[]).await;
+    let reading = cycle(&store, "dwd.s", "2026-08-25", &[("ods.src", "dt=2026-08-24")]).await;
+    eprintln!("statements {:?}: alone {alone:?}, reading one input {reading:?}", app.backend);
+    assert_eq!(alone, pinned(app.backend, 0), "a start and a commit without inputs");
+    assert_eq!(reading, pinned(app.backend, 1), "a start and a commit reading one input");
+
+    // The batches are what the API shows for any other.
+    let (status, ready) = app.ready("dwd.s", &["dt=2026-08-24", "dt=2026-08-25"]).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{ready}");
+}
