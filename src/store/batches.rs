@@ -198,19 +198,38 @@ pub(super) async fn refresh_partitions(c: &mut Conn<'_>, b: &BatchRow, now: Date
     Ok(parts)
 }
 
-/// Earlier batches of a partition that did not publish and may have left rows.
-async fn residue_of(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<Vec<(String, BatchState)>> {
-    let rows: Vec<(String, BatchState, Option<FailStage>)> = c
+/// A partition as a start finds it: its state and batch (`None` when no
+/// batch ever named it), and the earlier batches that did not publish and
+/// may have left rows in it (its residue), oldest first. One statement.
+struct AtStart {
+    standing: Option<(PartitionState, Option<String>)>,
+    residue: Vec<(String, BatchState)>,
+}
+
+async fn at_start(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<AtStart> {
+    type Row = (Option<PartitionState>, Option<String>, Option<String>, Option<BatchState>, Option<FailStage>);
+    // One row for the partition (NULLs without one) times its residue rows
+    // (NULLs without residue): the batches after its latest publish.
+    let rows: Vec<Row> = c
         .all(
-            "SELECT l.batch_id, l.status, b.fail_stage FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id \
-             WHERE l.target_table = $1 AND l.target_partition = $2 \
-               AND l.batch_seq > COALESCE((SELECT MAX(p.batch_seq) FROM task_produce_log p \
-                   WHERE p.target_table = $1 AND p.target_partition = $2 AND p.status IN ('published', 'superseded')), 0) \
+            "SELECT p.state, p.batch_id, l.batch_id, l.status, b.fail_stage FROM (SELECT 1 AS one) k \
+             LEFT JOIN partitions p ON p.dataset = $1 AND p.partition_spec = $2 \
+             LEFT JOIN (task_produce_log l JOIN batches b ON b.batch_id = l.batch_id) \
+               ON l.target_table = $1 AND l.target_partition = $2 \
+               AND l.batch_seq > COALESCE((SELECT MAX(x.batch_seq) FROM task_produce_log x \
+                 WHERE x.target_table = $1 AND x.target_partition = $2 AND x.status IN ('published', 'superseded')), 0) \
              ORDER BY l.batch_seq",
             args![dataset, partition],
         )
         .await?;
-    Ok(rows.into_iter().filter(|(_, status, stage)| leaves_residue(*status, *stage)).map(|(b, s, _)| (b, s)).collect())
+    let standing = rows.first().and_then(|(state, batch_id, ..)| Some(((*state)?, batch_id.clone())));
+    let residue = rows
+        .into_iter()
+        .filter_map(|(_, _, batch_id, status, stage)| Some((batch_id?, status?, stage)))
+        .filter(|(_, status, stage)| leaves_residue(*status, *stage))
+        .map(|(b, s, _)| (b, s))
+        .collect();
+    Ok(AtStart { standing, residue })
 }
 
 pub(super) async fn load_policy(c: &mut Conn<'_>, dataset: &str) -> Result<DatasetRow> {
@@ -291,17 +310,15 @@ impl SqlStore {
             ));
         }
 
-        // Who else is writing these partitions?
+        // Who else is writing these partitions, and what earlier attempts
+        // may have left there?
         let mut blocking: BTreeMap<String, (BatchRow, Vec<String>)> = BTreeMap::new();
         let mut expired: BTreeMap<String, BatchRow> = BTreeMap::new();
+        let mut found = Vec::with_capacity(req.partitions.len());
         for p in &req.partitions {
-            let row: Option<(PartitionState, Option<String>)> = c
-                .opt(
-                    "SELECT state, batch_id FROM partitions WHERE dataset = $1 AND partition_spec = $2",
-                    args![dataset, p.as_str()],
-                )
-                .await?;
-            let Some((state, Some(running_id))) = row else {
+            let AtStart { standing, residue } = at_start(&mut c, dataset, p.as_str()).await?;
+            found.push(residue);
+            let Some((state, Some(running_id))) = standing else {
                 continue;
             };
             if state != PartitionState::Running {
@@ -357,9 +374,16 @@ impl SqlStore {
             abandoned.push(decided);
         }
 
+        // An abandoned batch is residue now: read again after abandoning.
+        if !expired.is_empty() {
+            found.clear();
+            for p in &req.partitions {
+                found.push(at_start(&mut c, dataset, p.as_str()).await?.residue);
+            }
+        }
         let mut residue: BTreeMap<String, Residue> = BTreeMap::new();
-        for p in &req.partitions {
-            for (id, state) in residue_of(&mut c, dataset, p.as_str()).await? {
+        for (p, left) in req.partitions.iter().zip(found) {
+            for (id, state) in left {
                 residue
                     .entry(id.clone())
                     .or_insert_with(|| Residue { batch_id: id, state, partitions: vec![] })

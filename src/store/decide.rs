@@ -12,7 +12,7 @@ use super::alerts::{self, NewAlert};
 use super::batches::{event, load_policy, load_record, not_found, refresh_partition, settle_logs};
 use super::db::{args, Conn};
 use super::events;
-use super::records::{self, BatchRow};
+use super::records::{self, BatchRow, DatasetRow, DATASET_COLUMNS};
 use super::staleness;
 use super::{BatchRecord, Decided, Decision, FailReport, SqlStore};
 use crate::changes::Change;
@@ -43,6 +43,9 @@ struct Declared {
     latest: bool,
     /// The batch read the partition it writes.
     reads_it: bool,
+    /// The dataset's row (the same in every row): its policy.
+    #[sqlx(flatten)]
+    dataset: DatasetRow,
 }
 
 /// How many times in all a decision just stored is read back for its answer.
@@ -220,21 +223,25 @@ impl SqlStore {
             return Self::decided_answer(&mut tx.conn(), &b, "commit", &fingerprint).await;
         }
         let mut c = tx.conn();
-        let policy = load_policy(&mut c, &b.dataset).await?.policy();
-        // The declared partitions with their standing, in one statement.
-        let standing: Vec<Declared> = c
-            .all(
-                "SELECT l.target_partition, p.published_row_count, p.version, p.baseline_key, p.stale_upstream, \
-                   NOT EXISTS (SELECT 1 FROM task_produce_log n WHERE n.target_table = $2 \
-                     AND n.target_partition = l.target_partition AND n.batch_seq > l.batch_seq) AS latest, \
-                   EXISTS (SELECT 1 FROM batch_inputs i WHERE i.batch_id = $1 AND i.input_dataset = $2 \
-                     AND i.input_partition = l.target_partition) AS reads_it \
-                 FROM task_produce_log l \
-                 LEFT JOIN partitions p ON p.dataset = $2 AND p.partition_spec = l.target_partition \
-                 WHERE l.batch_id = $1 ORDER BY l.target_partition",
-                args![batch_id, &b.dataset],
-            )
-            .await?;
+        // The declared partitions with their standing, and the policy, in
+        // one statement.
+        let dataset_columns = DATASET_COLUMNS.split(',').map(|col| format!("d.{}", col.trim())).collect::<Vec<_>>();
+        let sql = format!(
+            "SELECT l.target_partition, p.published_row_count, p.version, p.baseline_key, p.stale_upstream, \
+               NOT EXISTS (SELECT 1 FROM task_produce_log n WHERE n.target_table = $2 \
+                 AND n.target_partition = l.target_partition AND n.batch_seq > l.batch_seq) AS latest, \
+               EXISTS (SELECT 1 FROM batch_inputs i WHERE i.batch_id = $1 AND i.input_dataset = $2 \
+                 AND i.input_partition = l.target_partition) AS reads_it, {} \
+             FROM task_produce_log l JOIN datasets d ON d.name = $2 \
+             LEFT JOIN partitions p ON p.dataset = $2 AND p.partition_spec = l.target_partition \
+             WHERE l.batch_id = $1 ORDER BY l.target_partition",
+            dataset_columns.join(", ")
+        );
+        let standing: Vec<Declared> = c.all(&sql, args![batch_id, &b.dataset]).await?;
+        let policy = match standing.first() {
+            Some(d) => d.dataset.policy(),
+            None => load_policy(&mut c, &b.dataset).await?.policy(),
+        };
         let mut declared = Vec::with_capacity(standing.len());
         let mut history = BTreeMap::new();
         for d in &standing {

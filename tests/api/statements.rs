@@ -25,18 +25,18 @@ on_both_backends!(a_steady_state_start_and_commit_run_a_pinned_number_of_stateme
 /// `BEGIN`, `COMMIT` and PostgreSQL's advisory locks are not counted.
 fn pinned(backend: Backend, inputs: u64) -> (u64, u64) {
     let pg = u64::from(backend == Backend::Postgres);
-    // Start: the policy; the partition's row (who else is writing it); the
-    // attempt number; the residue; the batch, its log row, the partition's
-    // row, its started event; per input, its partition (resolved) and its
-    // row in batch_inputs.
-    let start = 8 + 2 * inputs;
-    // Commit: the batch; the policy; the declared partitions' standing; the
-    // volume baseline; the batch's row; the partition (version, state,
+    // Start: the policy; the partition's row and residue (who else is
+    // writing it, what earlier attempts left); the attempt number; the
+    // batch, its log row, the partition's row, its started event; per input,
+    // its partition (resolved) and its row in batch_inputs.
+    let start = 7 + 2 * inputs;
+    // Commit: the batch; the declared partitions' standing with the policy;
+    // the volume baseline; the batch's row; the partition (version, state,
     // invalidation cleared); its log row; the published change; the inputs
     // and where they stand now (one statement, however many); the readers
     // of the partition; the committed event; the open alerts to resolve;
     // then the record and its events, read back.
-    let commit = 14 + pg;
+    let commit = 13 + pg;
     (start, commit)
 }
 
