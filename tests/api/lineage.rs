@@ -15,6 +15,7 @@ on_both_backends!(
     an_invalidated_partition_is_out_of_service_and_downstream_goes_stale,
     two_consumers_read_the_change_feed_across_a_restart,
     the_lineage_graph_follows_what_batches_read,
+    a_batch_that_reads_the_partition_it_rewrites_is_stale_by_what_it_read,
 );
 
 const DT: &str = "2026-08-24";
@@ -222,4 +223,33 @@ async fn the_lineage_graph_follows_what_batches_read(app: TestApp) {
         (status, err["error"]["details"]["field"].as_str()),
         (StatusCode::UNPROCESSABLE_ENTITY, Some("direction"))
     );
+}
+
+/// A batch that reads the very partition it rewrites, taken out of service:
+/// its new version is judged against that partition as the publish found it
+/// (still invalidated), so it is stale with cause `invalidated`, not
+/// `restated`; the publish clears the invalidation only after.
+async fn a_batch_that_reads_the_partition_it_rewrites_is_stale_by_what_it_read(app: TestApp) {
+    build(&app, "ods.a", &[], 10).await;
+    let url = format!("/v1/partitions/ods.a/{}/invalidate", enc(P));
+    let (status, body) = app.post(&url, &json!({"reason": "duplicates"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let body = json!({"task": "fix_a", "dataset": "ods.a", "dt": DT, "partitions": [P],
+        "inputs": [{"dataset": "ods.a", "partition": P}], "allow_unready_inputs": true});
+    let (status, started) = app.post("/v1/batches", &body).await;
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    let (status, record) = app.commit(started["batch_id"].as_str().unwrap(), &clean(P, 10)).await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+
+    let (status, a) = reason(&app, "ods.a").await;
+    assert_eq!((status, a["reason"].as_str()), (StatusCode::NOT_FOUND, Some("stale_upstream")), "{a}");
+    assert_eq!(a["invalidated_reason"], Value::Null, "{a}");
+    assert_eq!(
+        a["upstream"],
+        json!({"dataset": "ods.a", "partition": P, "built_on_version": 1, "current_version": 2, "cause": "invalidated"})
+    );
+    let (items, _) = feed(&app, None, 100).await;
+    let kinds: Vec<&str> = items.iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["published", "invalidated", "restated", "stale"]);
+    assert_eq!(items[3]["detail"]["upstream"]["cause"], "invalidated");
 }
