@@ -16,7 +16,10 @@ use batchgate::store::{Decided, SqlStore, StartBatch};
 use crate::helpers::{clean, Backend, TestApp};
 use crate::on_both_backends;
 
-on_both_backends!(a_steady_state_start_and_commit_run_a_pinned_number_of_statements);
+on_both_backends!(
+    a_steady_state_start_and_commit_run_a_pinned_number_of_statements,
+    a_publish_takes_its_partitions_state_from_their_history_when_a_later_batch_named_them,
+);
 
 /// Statements one start and one commit of a single partition run, on a
 /// dataset that exists and a partition not yet published: `(start, commit)`.
@@ -100,4 +103,29 @@ async fn a_steady_state_start_and_commit_run_a_pinned_number_of_statements(app: 
     // The batches are what the API shows for any other.
     let (status, ready) = app.ready("dwd.s", &["dt=2026-08-24", "dt=2026-08-25"]).await;
     assert_eq!(status, reqwest::StatusCode::OK, "{ready}");
+}
+
+/// A publish writes its partition's state with its version, by the rule
+/// applied to the partition's history, when its batch's row is the latest
+/// there (always, for a running batch). A later row, which only a database
+/// changed by hand holds, still decides the state, as it did when every
+/// publish read the history.
+async fn a_publish_takes_its_partitions_state_from_their_history_when_a_later_batch_named_them(app: TestApp) {
+    let (p, q) = ("dt=2026-08-24", "dt=2026-08-25");
+    let a = app.start_ok("t_h", "ods.h", "2026-08-24", &[p]).await;
+    let b = app.start_ok("t_h", "ods.h", "2026-08-25", &[q]).await;
+    let (status, body) = app
+        .post(&format!("/v1/batches/{b}/fail"), &serde_json::json!({"stage": "write", "category": "resource"}))
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    app.sql(&format!(
+        "INSERT INTO task_produce_log (batch_id, target_partition, task_name, dt, target_table, status, batch_seq, start_time) \
+         SELECT batch_id, '{p}', task_name, dt, target_table, status, batch_seq, start_time FROM task_produce_log \
+         WHERE batch_id = '{b}'"
+    ))
+    .await;
+    let (status, record) = app.commit(&a, &clean(p, 100)).await;
+    assert_eq!((status, record["state"].as_str()), (reqwest::StatusCode::OK, Some("published")), "{record}");
+    let (status, ready) = app.ready("ods.h", &[p]).await;
+    assert_eq!((status, ready["reason"].as_str()), (reqwest::StatusCode::NOT_FOUND, Some("failed")), "{ready}");
 }
