@@ -1372,8 +1372,8 @@ mod stored {
     }
 
     /// The bench's batch: one partition, published over a week of history.
-    #[test]
-    fn a_published_one_partition_batch_stores_its_checks_in_a_few_bytes() {
+    /// The registry bench's commit: one partition of 1000 rows, no key counts.
+    fn bench_commit() -> (Vec<PartitionSpec>, CommitEvidence) {
         let declared = vec![spec("dt=2022-09-26")];
         let ev = CommitEvidence {
             marker: "hdfs://warehouse/dsx/dt=2022-09-26/_SUCCESS".into(),
@@ -1387,6 +1387,12 @@ mod stored {
             }],
             source: None,
         };
+        (declared, ev)
+    }
+
+    #[test]
+    fn a_published_one_partition_batch_stores_its_checks_in_a_few_bytes() {
+        let (declared, ev) = bench_commit();
         let history = BTreeMap::from([(
             declared[0].clone(),
             PartitionHistory { published_row_count: Some(1000), baseline: vec![1000; 7] },
@@ -1413,20 +1419,8 @@ mod stored {
     /// one readable as it is.
     #[test]
     fn stored_checks_read_as_they_were_answered() {
-        let declared = vec![spec("dt=2022-09-26")];
-        let counts = PartitionEvidence {
-            partition: declared[0].clone(),
-            rows_written: 1000,
-            row_count: 1000,
-            distinct_keys: None,
-            null_keys: None,
-            metrics: BTreeMap::new(),
-        };
-        let record = Recorded::new(
-            Some("hdfs://warehouse/dsx/dt=2022-09-26/_SUCCESS".into()),
-            None,
-            [(declared[0].clone(), Some(counts))],
-        );
+        let (declared, ev) = bench_commit();
+        let record = Recorded::of_commit(&declared, &ev);
         let stored: Vec<StoredCheck> = serde_json::from_str("[1,9,17,31,39,41,[48,[1000.0,0.3,7]],63]").unwrap();
         let read = rebuild(stored, || Ok::<_, String>(record)).unwrap();
         let shown = serde_json::to_string(&read.iter().map(Sorted).collect::<Vec<_>>()).unwrap();
