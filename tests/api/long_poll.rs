@@ -160,10 +160,12 @@ async fn a_start_wakes_no_long_poll() {
 /// Not woken by a start, a long-poll still answers its deadline with the
 /// partition's standing then, not the one it found when it began.
 async fn a_long_poll_that_times_out_after_a_start_says_running(app: TestApp) {
-    let poll = wait_in_background(&app, "/ready?dataset=d.late&partition=dt%3D2026-08-24&wait=1");
+    // Long enough that the start lands before the deadline on a loaded
+    // machine (with wait=1, a start slower than 0.7 s would leave it `no_batch`).
+    let poll = wait_in_background(&app, "/ready?dataset=d.late&partition=dt%3D2026-08-24&wait=4");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!poll.is_finished());
     app.start_ok("t", "d.late", "2026-08-24", &["dt=2026-08-24"]).await;
-    let (status, body) = tokio::time::timeout(Duration::from_secs(5), poll).await.expect("answered").unwrap();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(15), poll).await.expect("answered").unwrap();
     assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("running")), "{body}");
 }
