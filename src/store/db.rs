@@ -195,6 +195,12 @@ pub enum Conn<'c> {
     Postgres(&'c mut PgConnection),
 }
 
+/// A list of columns (`"a, b"`) each prefixed with a table's `alias`
+/// (`"d.a, d.b"`), for a query that joins the table.
+pub(super) fn qualified(alias: &str, columns: &str) -> String {
+    columns.split(',').map(|col| format!("{alias}.{}", col.trim())).collect::<Vec<_>>().join(", ")
+}
+
 /// `$first, $first+1, …` for `n` values: an `IN (…)` list, or one row of
 /// a multi-row `VALUES`.
 pub(super) fn placeholders(first: usize, n: usize) -> String {

@@ -10,7 +10,7 @@ use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::batches::{event, load_policy, load_record, not_found, refresh_partition, settle_logs};
-use super::db::{args, Conn};
+use super::db::{args, qualified, Conn};
 use super::events;
 use super::records::{self, BatchRow, DatasetRow, DATASET_COLUMNS};
 use super::staleness;
@@ -225,7 +225,6 @@ impl SqlStore {
         let mut c = tx.conn();
         // The declared partitions with their standing, and the policy, in
         // one statement.
-        let dataset_columns = DATASET_COLUMNS.split(',').map(|col| format!("d.{}", col.trim())).collect::<Vec<_>>();
         let sql = format!(
             "SELECT l.target_partition, p.published_row_count, p.version, p.baseline_key, p.stale_upstream, \
                NOT EXISTS (SELECT 1 FROM task_produce_log n WHERE n.target_table = $2 \
@@ -235,7 +234,7 @@ impl SqlStore {
              FROM task_produce_log l JOIN datasets d ON d.name = $2 \
              LEFT JOIN partitions p ON p.dataset = $2 AND p.partition_spec = l.target_partition \
              WHERE l.batch_id = $1 ORDER BY l.target_partition",
-            dataset_columns.join(", ")
+            qualified("d", DATASET_COLUMNS)
         );
         let standing: Vec<Declared> = c.all(&sql, args![batch_id, &b.dataset]).await?;
         let policy = match standing.first() {

@@ -99,10 +99,8 @@ impl Started {
     /// The detail in the form the registry stores.
     pub(super) fn stored(&self) -> StoredStarted {
         let residue: Vec<String> = self.residue.iter().map(|r| r.batch_id.clone()).collect();
-        let code = match (&self.retry, &self.cleaned_batch_ids) {
-            (Some(advice), Some(cleaned)) => retry::compact(advice, &residue, cleaned),
-            _ => None,
-        };
+        let cleaned = self.cleaned_batch_ids.as_deref().unwrap_or_default();
+        let code = self.retry.as_ref().and_then(|advice| retry::compact(advice, &residue, cleaned));
         if let (Some(code), Some(cleaned)) = (code, &self.cleaned_batch_ids) {
             return StoredStarted::Short(ShortStarted {
                 l: self.lease_expires_at,
@@ -113,8 +111,7 @@ impl Started {
                 c: cleaned.clone(),
             });
         }
-        let cleaned = self.cleaned_batch_ids.as_deref().unwrap_or_default();
-        let retry = self.retry.as_ref().map(|advice| match retry::compact(advice, &residue, cleaned) {
+        let retry = self.retry.as_ref().map(|advice| match code {
             Some(code) => StoredRetry::Rebuilt(code),
             None => StoredRetry::Kept(advice.clone()),
         });

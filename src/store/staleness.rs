@@ -10,7 +10,7 @@ use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::batches::load_policy;
-use super::db::{args, Conn};
+use super::db::{args, qualified, Conn};
 use super::events::ChangeDetail;
 use super::feed::emit;
 use super::outbox::Receivers;
@@ -63,7 +63,7 @@ struct InputNow {
 /// inputs it read (by dataset and partition) that has moved on since. One
 /// statement for the inputs and their partitions.
 async fn stale_at_birth(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<Staleness>> {
-    let columns = PARTITION_COLUMNS.split(", ").map(|col| format!("p.{}", col.trim())).collect::<Vec<_>>().join(", ");
+    let columns = qualified("p", PARTITION_COLUMNS);
     let sql = format!(
         "SELECT i.input_dataset, i.input_partition, i.input_version, {columns} FROM batch_inputs i \
          JOIN partitions p ON p.dataset = i.input_dataset AND p.partition_spec = i.input_partition \
