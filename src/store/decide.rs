@@ -43,6 +43,10 @@ struct Declared {
     latest: bool,
     /// The batch read the partition it writes.
     reads_it: bool,
+    /// The batch read any partition (the same in every row): only then can
+    /// what it publishes be stale at birth. Its inputs are recorded at its
+    /// start and never change.
+    reads_any: bool,
     /// The dataset's row (the same in every row): its policy.
     #[sqlx(flatten)]
     dataset: DatasetRow,
@@ -230,7 +234,8 @@ impl SqlStore {
                NOT EXISTS (SELECT 1 FROM task_produce_log n WHERE n.target_table = $2 \
                  AND n.target_partition = l.target_partition AND n.batch_seq > l.batch_seq) AS latest, \
                EXISTS (SELECT 1 FROM batch_inputs i WHERE i.batch_id = $1 AND i.input_dataset = $2 \
-                 AND i.input_partition = l.target_partition) AS reads_it, {} \
+                 AND i.input_partition = l.target_partition) AS reads_it, \
+               EXISTS (SELECT 1 FROM batch_inputs a WHERE a.batch_id = $1) AS reads_any, {} \
              FROM task_produce_log l JOIN datasets d ON d.name = $2 \
              LEFT JOIN partitions p ON p.dataset = $2 AND p.partition_spec = l.target_partition \
              WHERE l.batch_id = $1 ORDER BY l.target_partition",
@@ -287,6 +292,10 @@ impl SqlStore {
 
         let mut ripple = self.ripple();
         let changed = if verdict.passed {
+            // The batch's own history, which no other writer touches: written
+            // before the feed's lock, so that PostgreSQL's publishes hold it
+            // one statement less.
+            event(&mut c, batch_id, EventKind::Committed, now, events::StoredCommitted::published()).await?;
             super::feed::lock(&mut c).await?;
             // A batch of one partition that it does not read: nothing else in
             // this transaction reads the partition's invalidation or staleness
@@ -356,10 +365,10 @@ impl SqlStore {
                     version,
                     state: states.get(partition).copied().unwrap_or(ready),
                     cleared: clears.then_some(d.stale_upstream.is_some()),
+                    read_inputs: d.reads_any,
                 };
                 staleness::on_published(&mut c, publish, &policy, now, &mut ripple).await?;
             }
-            event(&mut c, batch_id, EventKind::Committed, now, events::StoredCommitted::published()).await?;
             alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
             standing.iter().map(|d| d.target_partition.clone()).collect()
         } else {

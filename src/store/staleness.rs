@@ -91,6 +91,9 @@ pub(super) struct Published<'a> {
     /// nothing else in the transaction reads them between that `UPDATE` and
     /// here). `None`: they are read and cleared here.
     pub cleared: Option<bool>,
+    /// Whether the batch read any partition: a batch that read none
+    /// publishes nothing stale at birth, and its inputs are not looked up.
+    pub read_inputs: bool,
 }
 
 /// After a batch published a partition: records the change, clears an
@@ -104,7 +107,7 @@ pub(super) async fn on_published(
     now: DateTime<Utc>,
     ripple: &mut Ripple,
 ) -> Result<()> {
-    let Published { dataset, partition, batch_id, version, state, cleared } = p;
+    let Published { dataset, partition, batch_id, version, state, cleared, read_inputs } = p;
     let was_stale = match cleared {
         Some(was_stale) => was_stale,
         None => load_partition(c, dataset, partition).await?.is_some_and(|s| s.stale_upstream.is_some()),
@@ -113,7 +116,7 @@ pub(super) async fn on_published(
     let published = ChangeDetail::default();
     emit(c, ripple, policy, kind, dataset, partition, version, Some(batch_id), published, now).await?;
 
-    let stale = stale_at_birth(c, batch_id).await?;
+    let stale = if read_inputs { stale_at_birth(c, batch_id).await? } else { None };
     if cleared.is_none() || stale.is_some() {
         c.exec(
             "UPDATE partitions SET invalidated_reason = NULL, invalidated_at = NULL, stale_upstream = $3 WHERE dataset = $1 AND partition_spec = $2",

@@ -34,12 +34,12 @@ fn pinned(backend: Backend, inputs: u64) -> (u64, u64) {
     // its partition (resolved) and its row in batch_inputs.
     let start = 7 + 2 * inputs;
     // Commit: the batch; the declared partitions' standing with the policy;
-    // the volume baseline; the batch's row; the partition (version, state,
-    // invalidation cleared); its log row; the published change; the inputs
-    // and where they stand now (one statement, however many); the readers
-    // of the partition; the committed event; the open alerts to resolve;
-    // then the record and its events, read back.
-    let commit = 13 + pg;
+    // the volume baseline; the batch's row; the committed event; the
+    // partition (version, state, invalidation cleared); its log row; the
+    // published change; when it read any, the inputs and where they stand
+    // now (one statement, however many); the readers of the partition; the
+    // open alerts to resolve; then the record and its events, read back.
+    let commit = 12 + u64::from(inputs > 0) + pg;
     (start, commit)
 }
 
