@@ -10,7 +10,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
-use super::db::{args, Conn, Tx};
+use super::db::{args, Conn, Tx, Writes};
 use super::events;
 use super::lineage::{self, UnreadyInput};
 use super::records::{record_sql, BatchRecord, BatchRow, DatasetRow, EventRow, RecordRow, Residue, DATASET_COLUMNS};
@@ -62,12 +62,23 @@ pub(super) async fn event(
     at: DateTime<Utc>,
     detail: impl serde::Serialize,
 ) -> Result<()> {
-    c.exec(
+    let mut w = Writes::default();
+    push_event(&mut w, batch_id, kind, at, detail);
+    Ok(c.exec_writes(w).await?)
+}
+
+/// [`event`], added to writes that run together.
+pub(super) fn push_event(
+    w: &mut Writes,
+    batch_id: &str,
+    kind: EventKind,
+    at: DateTime<Utc>,
+    detail: impl serde::Serialize,
+) {
+    w.push(
         "INSERT INTO batch_events (batch_id, kind, at, detail) VALUES ($1, $2, $3, $4)",
         args![batch_id, kind, at, Json(detail)],
-    )
-    .await?;
-    Ok(())
+    );
 }
 
 /// An error's `details` from its typed form.
@@ -414,25 +425,25 @@ impl SqlStore {
                 ],
             )
             .await?;
+        // The rest of the start's writes, which return nothing: together.
+        let mut w = Writes::default();
         for p in &req.partitions {
-            c.exec(
+            w.push(
                 "INSERT INTO task_produce_log (batch_id, target_partition, task_name, dt, target_table, status, batch_seq, start_time) \
                  VALUES ($1, $2, $3, $4, $5, 'running', $6, $7)",
                 args![&batch_id, p.as_str(), req.task.as_str(), req.dt, dataset, id, now],
-            )
-            .await?;
-            c.exec(
+            );
+            w.push(
                 "INSERT INTO partitions (dataset, partition_spec, dt, baseline_key, state, batch_id, updated_at) \
                  VALUES ($1, $2, $3, $4, 'running', $5, $6) \
                  ON CONFLICT (dataset, partition_spec) DO UPDATE SET state = 'running', batch_id = excluded.batch_id, \
                    dt = excluded.dt, baseline_key = excluded.baseline_key, updated_at = excluded.updated_at",
                 args![dataset, p.as_str(), req.dt, p.baseline_key(req.dt), &batch_id, now],
-            )
-            .await?;
+            );
         }
-        lineage::record_inputs(&mut c, &batch_id, &inputs).await?;
-        event(
-            &mut c,
+        lineage::record_inputs(&mut w, &batch_id, &inputs);
+        push_event(
+            &mut w,
             &batch_id,
             EventKind::Started,
             now,
@@ -445,8 +456,8 @@ impl SqlStore {
                 cleaned_batch_ids: Some(req.cleaned_batch_ids.clone()),
             }
             .stored(),
-        )
-        .await?;
+        );
+        c.exec_writes(w).await?;
 
         // Running is not ready: no long-poll is answered by a start.
         let change = Change { dataset: dataset.to_owned(), partitions: Some(changed.into_iter().collect()) };

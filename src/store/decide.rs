@@ -9,8 +9,8 @@ use serde::Serialize;
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
-use super::batches::{event, load_policy, load_record, not_found, refresh_partition, settle_logs};
-use super::db::{args, qualified, Conn};
+use super::batches::{event, load_policy, load_record, not_found, push_event, refresh_partition, settle_logs};
+use super::db::{args, qualified, Conn, Writes};
 use super::events;
 use super::records::{self, BatchRow, DatasetRow, DATASET_COLUMNS};
 use super::staleness;
@@ -272,7 +272,8 @@ impl SqlStore {
         // with its state, and on a publish each partition's log row with its
         // counts, version and status together.
         let state = if verdict.passed { BatchState::Published } else { BatchState::Rejected };
-        c.exec(
+        let mut w = Writes::default();
+        w.push(
             "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5, \
                state = $6, decided_at = $7 WHERE batch_id = $1",
             args![
@@ -287,15 +288,16 @@ impl SqlStore {
                 state.as_str(),
                 now
             ],
-        )
-        .await?;
+        );
 
         let mut ripple = self.ripple();
         let changed = if verdict.passed {
-            // The batch's own history, which no other writer touches: written
-            // before the feed's lock, so that PostgreSQL's publishes hold it
-            // one statement less.
-            event(&mut c, batch_id, EventKind::Committed, now, events::StoredCommitted::published()).await?;
+            // With the batch's row, its committed event: the batch's own
+            // history, which no other writer touches, written before the
+            // feed's lock, so that PostgreSQL's publishes hold it one
+            // statement less.
+            push_event(&mut w, batch_id, EventKind::Committed, now, events::StoredCommitted::published());
+            c.exec_writes(w).await?;
             super::feed::lock(&mut c).await?;
             // A batch of one partition that it does not read: nothing else in
             // this transaction reads the partition's invalidation or staleness
@@ -373,13 +375,13 @@ impl SqlStore {
             standing.iter().map(|d| d.target_partition.clone()).collect()
         } else {
             for p in &evidence.partitions {
-                c.exec(
+                w.push(
                     "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7 \
                      WHERE batch_id = $1 AND target_partition = $2",
                     args![batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, Json(&p.metrics)],
-                )
-                .await?;
+                );
             }
+            c.exec_writes(w).await?;
             let changed = settle_logs(&mut c, &b, state, now).await?;
             let failed: Vec<CheckName> = verdict.failed_checks().map(|c| c.name).collect();
             let names: Vec<&str> = failed.iter().map(|c| c.as_str()).collect();

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use super::db::{args, Conn};
+use super::db::{args, Conn, Writes};
 use super::records::{fitness_of, load_partition};
 use crate::api::InputRef;
 use crate::domain::readiness::Fitness;
@@ -56,15 +56,14 @@ pub(super) async fn resolve_inputs(
     Ok((resolved, unready))
 }
 
-pub(super) async fn record_inputs(c: &mut Conn<'_>, batch_id: &str, inputs: &[InputRecord]) -> Result<()> {
+/// Adds a batch's inputs, as resolved at its start, to its start's writes.
+pub(super) fn record_inputs(w: &mut Writes, batch_id: &str, inputs: &[InputRecord]) {
     for i in inputs {
-        c.exec(
+        w.push(
             "INSERT INTO batch_inputs (batch_id, input_dataset, input_partition, input_version, input_batch_id) VALUES ($1, $2, $3, $4, $5)",
             args![batch_id, &i.dataset, &i.partition, i.version, i.batch_id.clone()],
-        )
-        .await?;
+        );
     }
-    Ok(())
 }
 
 pub(super) async fn inputs_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<InputRecord>> {

@@ -23,23 +23,27 @@ on_both_backends!(
 
 /// Statements one start and one commit of a single partition run, on a
 /// dataset that exists and a partition not yet published: `(start, commit)`.
-/// The commit's include the read of its answer after the `COMMIT` (2), and
-/// on PostgreSQL the read of the batch's dataset before the `BEGIN` (1).
-/// `BEGIN`, `COMMIT` and PostgreSQL's advisory locks are not counted.
+/// Writes that return nothing and run together (`db::Writes`) are one
+/// statement. The commit's include the read of its answer after the
+/// `COMMIT` (2), and on PostgreSQL the read of the batch's dataset before
+/// the `BEGIN` (1). `BEGIN`, `COMMIT` and PostgreSQL's advisory locks are
+/// not counted.
 fn pinned(backend: Backend, inputs: u64) -> (u64, u64) {
     let pg = u64::from(backend == Backend::Postgres);
     // Start: the policy; the partition's row and residue (who else is
     // writing it, what earlier attempts left); the attempt number; the
-    // batch, its log row, the partition's row, its started event; per input,
-    // its partition (resolved) and its row in batch_inputs.
-    let start = 7 + 2 * inputs;
+    // batch; per input, its partition (resolved); then together: the log
+    // row, the partition's row, per input its row in batch_inputs, the
+    // started event.
+    let start = 5 + inputs;
     // Commit: the batch; the declared partitions' standing with the policy;
-    // the volume baseline; the batch's row; the committed event; the
-    // partition (version, state, invalidation cleared); its log row; the
-    // published change; when it read any, the inputs and where they stand
-    // now (one statement, however many); the readers of the partition; the
-    // open alerts to resolve; then the record and its events, read back.
-    let commit = 12 + u64::from(inputs > 0) + pg;
+    // the volume baseline; together, the batch's row and the committed
+    // event; the partition (version, state, invalidation
+    // cleared); its log row; the published change; when it read any, the
+    // inputs and where they stand now (one statement, however many); the
+    // readers of the partition; the open alerts to resolve; then the record
+    // and its events, read back.
+    let commit = 11 + u64::from(inputs > 0) + pg;
     (start, commit)
 }
 
