@@ -13,7 +13,10 @@ use super::alerts::{self, NewAlert};
 use super::db::{args, Conn, Tx, Writes};
 use super::events;
 use super::lineage::{self, UnreadyInput};
-use super::records::{record_sql, BatchRecord, BatchRow, DatasetRow, EventRow, RecordRow, Residue, DATASET_COLUMNS};
+use super::records::{
+    record_sql, record_with_events_sql, BatchRecord, BatchRow, DatasetRow, RecordRow, RecordWithEvents, Residue,
+    DATASET_COLUMNS,
+};
 use super::{Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
@@ -36,15 +39,13 @@ pub(super) async fn load_batch(c: &mut Conn<'_>, batch_id: &str) -> Result<Optio
 }
 
 pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<BatchRecord>> {
-    let sql = record_sql(c.dialect(), "WHERE batch_id = $1", "");
-    let Some(row) = c.opt::<RecordRow>(&sql, args![batch_id]).await? else {
+    let sql = record_with_events_sql(c.dialect(), "WHERE batch_id = $1");
+    let Some(RecordWithEvents { record, events: Json(events) }) = c.opt(&sql, args![batch_id]).await? else {
         return Ok(None);
     };
-    let rows: Vec<EventRow> =
-        c.all("SELECT kind, at, detail FROM batch_events WHERE batch_id = $1 ORDER BY id", args![batch_id]).await?;
-    let marker = row.batch.marker.clone();
-    let events = rows.into_iter().map(|e| e.into_event(marker.as_deref())).collect::<Result<Vec<_>>>()?;
-    Ok(Some(BatchRecord::assemble(row, Some(events))?))
+    let marker = record.batch.marker.clone();
+    let events = events.into_iter().map(|e| e.into_event(marker.as_deref())).collect::<Result<Vec<_>>>()?;
+    Ok(Some(BatchRecord::assemble(record, Some(events))?))
 }
 
 /// A batch's checks, rebuilt from its record as [`load_record`] shows them

@@ -77,6 +77,23 @@ pub(super) struct RecordRow {
 /// sorts, so a filter whose index does not give the page's order (`task`)
 /// would otherwise read them for every batch it matches, not for the page.
 pub fn record_sql(d: Dialect, pick: &str, order: &str) -> String {
+    records_sql(d, pick, order, "")
+}
+
+/// [`record_sql`] with each batch's events, in the order they were written
+/// (`events`, a JSON array of [`StoredEvent`]s): a record read whole is one
+/// statement, not two.
+pub(super) fn record_with_events_sql(d: Dialect, pick: &str) -> String {
+    use super::db::Field::{Col, Doc};
+    let events = d.json_rows(
+        &[Col("id", "e.id"), Col("kind", "e.kind"), Col("at", "e.at"), Doc("detail", "e.detail")],
+        "batch_events e WHERE e.batch_id = b.batch_id",
+        &["id"],
+    );
+    records_sql(d, pick, "", &format!(", {events} AS events"))
+}
+
+fn records_sql(d: Dialect, pick: &str, order: &str, more: &str) -> String {
     use super::db::Field::{Col, Doc};
     let partitions = d.json_rows(
         &[
@@ -104,7 +121,7 @@ pub fn record_sql(d: Dialect, pick: &str, order: &str) -> String {
         &["dataset", "partition"],
     );
     format!(
-        "SELECT {BATCH_COLUMNS}, {partitions} AS partitions, {inputs} AS inputs \
+        "SELECT {BATCH_COLUMNS}, {partitions} AS partitions, {inputs} AS inputs{more} \
          FROM (SELECT {BATCH_COLUMNS} FROM batches {pick}) AS b {order}"
     )
 }
@@ -166,11 +183,43 @@ fn parse_stored_time(text: &str) -> Option<DateTime<Utc>> {
     })
 }
 
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub(super) struct EventRow {
-    pub kind: EventKind,
-    pub at: DateTime<Utc>,
-    pub detail: Option<Json<Value>>,
+/// A batch's record with its events ([`record_with_events_sql`]).
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct RecordWithEvents {
+    #[sqlx(flatten)]
+    pub record: RecordRow,
+    pub events: Json<Vec<StoredEvent>>,
+}
+
+/// An event as [`record_with_events_sql`] shows it: a `batch_events` row,
+/// its values as the columns hold them.
+#[derive(Debug, Deserialize)]
+pub(super) struct StoredEvent {
+    kind: String,
+    #[serde(deserialize_with = "stored_time")]
+    at: Option<DateTime<Utc>>,
+    detail: Option<Value>,
+}
+
+impl StoredEvent {
+    /// The event as its row reads ([`EventRow::into_event`]); a kind or a
+    /// time that is not one is a decode error, as it is read from a row.
+    pub fn into_event(self, marker: Option<&str>) -> Result<Event> {
+        let decode = |column: &str, e: String| sqlx::Error::ColumnDecode {
+            index: column.into(),
+            source: format!("unknown stored value: {e}").into(),
+        };
+        let kind = self.kind.parse::<EventKind>().map_err(|e| decode("kind", e.to_string()))?;
+        let at = self.at.ok_or_else(|| decode("at", "an event without a time".to_owned()))?;
+        EventRow { kind, at, detail: self.detail.map(Json) }.into_event(marker)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct EventRow {
+    kind: EventKind,
+    at: DateTime<Utc>,
+    detail: Option<Json<Value>>,
 }
 
 impl EventRow {

@@ -25,7 +25,7 @@ on_both_backends!(
 /// dataset that exists and a partition not yet published: `(start, commit)`.
 /// Writes that return nothing and run together (`db::Writes`) are one
 /// statement. The commit's include the read of its answer after the
-/// `COMMIT` (2), and on PostgreSQL the read of the batch's dataset before
+/// `COMMIT` (1), and on PostgreSQL the read of the batch's dataset before
 /// the `BEGIN` (1). `BEGIN`, `COMMIT` and PostgreSQL's advisory locks are
 /// not counted.
 fn pinned(backend: Backend, inputs: u64) -> (u64, u64) {
@@ -42,8 +42,8 @@ fn pinned(backend: Backend, inputs: u64) -> (u64, u64) {
     // cleared); its log row; the published change; when it read any, the
     // inputs and where they stand now (one statement, however many); the
     // readers of the partition; the open alerts to resolve; then the record
-    // and its events, read back.
-    let commit = 11 + u64::from(inputs > 0) + pg;
+    // with its events, read back (one statement).
+    let commit = 10 + u64::from(inputs > 0) + pg;
     (start, commit)
 }
 
