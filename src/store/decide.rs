@@ -292,11 +292,35 @@ impl SqlStore {
 
         let mut ripple = self.ripple();
         let changed = if verdict.passed {
-            // With the batch's row, its committed event: the batch's own
-            // history, which no other writer touches, written before the
-            // feed's lock, so that PostgreSQL's publishes hold it one
-            // statement less.
+            // Passed: `partitions_complete` blocks in every tier, so the
+            // evidence names each declared partition once.
+            let mut publishing = Vec::with_capacity(evidence.partitions.len());
+            for p in &evidence.partitions {
+                let d = standing.iter().find(|d| d.target_partition == p.partition.as_str()).ok_or_else(|| {
+                    anyhow::anyhow!("batch {batch_id} published undeclared partition {}", p.partition)
+                })?;
+                // Only a publish moves a partition's version, and this batch's
+                // dataset is this writer's until it ends: the version it
+                // publishes is the one read above, plus one (the publishing
+                // UPDATE below checks it).
+                let version = d.version.unwrap_or_default() + 1;
+                publishing.push((p, d, version));
+            }
+            // With the batch's row, its committed event and each partition's
+            // log row with its counts, version and status: the batch's own
+            // rows, which no other writer touches, written before the feed's
+            // lock, so that PostgreSQL's publishes hold it that much less.
             push_event(&mut w, batch_id, EventKind::Committed, now, events::StoredCommitted::published());
+            for (p, _, version) in &publishing {
+                w.push(
+                    "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7, \
+                       version = $8, status = $9, finish_time = $10 WHERE batch_id = $1 AND target_partition = $2",
+                    args![
+                        batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, Json(&p.metrics),
+                        *version, state.as_str(), now
+                    ],
+                );
+            }
             c.exec_writes(w).await?;
             super::feed::lock(&mut c).await?;
             // A batch of one partition that it does not read: nothing else in
@@ -307,13 +331,8 @@ impl SqlStore {
             // Its state and batch, by the rule `refresh_partition` applies to
             // its history, whose latest row is this publish's.
             let ready = partition_state(Some(state), true);
-            // Passed: `partitions_complete` blocks in every tier, so the
-            // evidence names each declared partition once.
             let mut published = Vec::new();
-            for p in &evidence.partitions {
-                let d = standing.iter().find(|d| d.target_partition == p.partition.as_str()).ok_or_else(|| {
-                    anyhow::anyhow!("batch {batch_id} published undeclared partition {}", p.partition)
-                })?;
+            for (p, d, expected) in publishing {
                 let mut set = String::new();
                 let mut values = args![&b.dataset, p.partition.as_str(), batch_id, p.row_count, now];
                 if d.latest {
@@ -336,15 +355,17 @@ impl SqlStore {
                         values,
                     )
                     .await?;
-                c.exec(
-                    "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7, \
-                       version = $8, status = $9, finish_time = $10 WHERE batch_id = $1 AND target_partition = $2",
-                    args![
-                        batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, Json(&p.metrics),
-                        version, state.as_str(), now
-                    ],
-                )
-                .await?;
+                if version != expected {
+                    // Rolled back with the rest: the log rows never say a
+                    // version the partition does not have.
+                    return Err(anyhow::anyhow!(
+                        "{} {} reached version {version} under batch {batch_id}'s publish, which wrote version {expected} \
+                         in its log: another writer moved it",
+                        b.dataset,
+                        p.partition
+                    )
+                    .into());
+                }
                 if let Some(prev) = prev {
                     supersede(&mut c, &prev, p.partition.as_str(), batch_id, now).await?;
                 }

@@ -37,13 +37,13 @@ fn pinned(backend: Backend, inputs: u64) -> (u64, u64) {
     // started event.
     let start = 5 + inputs;
     // Commit: the batch; the declared partitions' standing with the policy;
-    // the volume baseline; together, the batch's row and the committed
-    // event; the partition (version, state, invalidation
-    // cleared); its log row; the published change; when it read any, the
+    // the volume baseline; together, the batch's row, the committed event
+    // and the partition's log row; the partition (version, state,
+    // invalidation cleared); the published change; when it read any, the
     // inputs and where they stand now (one statement, however many); the
     // readers of the partition; the open alerts to resolve; then the record
     // with its events, read back (one statement).
-    let commit = 10 + u64::from(inputs > 0) + pg;
+    let commit = 9 + u64::from(inputs > 0) + pg;
     (start, commit)
 }
 
