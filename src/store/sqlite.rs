@@ -50,6 +50,10 @@ pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<Sqlit
         // request answers 503 storage_unavailable.
         .busy_timeout(opts.timeout);
     let pool = SqlitePoolOptions::new()
+        // No ping before each read: a connection to a file does not drop,
+        // and on SQLite the ping is one more round trip to sqlx's worker
+        // thread (two thread wake-ups) for every read (issue 14).
+        .test_before_acquire(false)
         .max_connections(opts.max_connections.max(2))
         .acquire_timeout(opts.timeout)
         .connect_with(options)
