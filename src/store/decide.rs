@@ -2,15 +2,17 @@
 //! Each is one transaction under the write lock; a repeated request gets the
 //! recorded answer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
-use super::batches::{event, load_policy, load_record, not_found, push_event, refresh_partition, settle_logs};
-use super::db::{args, qualified, Conn, Writes};
+use super::batches::{
+    event, load_policy, load_record, not_found, push_event, refresh_partition, refresh_partitions, settle_logs,
+};
+use super::db::{args, placeholders, qualified, Arg, Conn, Writes};
 use super::events;
 use super::records::{self, BatchRow, DatasetRow, DATASET_COLUMNS};
 use super::staleness;
@@ -395,15 +397,39 @@ impl SqlStore {
             alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
             standing.iter().map(|d| d.target_partition.clone()).collect()
         } else {
-            for p in &evidence.partitions {
+            // Each log row written once, with its counts and its status
+            // together. The evidence may name a partition twice (that is one
+            // reason to reject it): the last report of it counts, and the
+            // log rows stay disjoint, as one statement needs them.
+            let mut named = BTreeSet::new();
+            for p in evidence.partitions.iter().rev() {
+                if !named.insert(p.partition.as_str()) {
+                    continue;
+                }
                 w.push(
-                    "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7 \
-                     WHERE batch_id = $1 AND target_partition = $2",
-                    args![batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, Json(&p.metrics)],
+                    "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7, \
+                       status = $8, finish_time = $9 WHERE batch_id = $1 AND target_partition = $2",
+                    args![
+                        batch_id, p.partition.as_str(), p.rows_written, p.row_count, p.distinct_keys, p.null_keys, Json(&p.metrics),
+                        state.as_str(), now
+                    ],
                 );
             }
+            // The declared partitions it did not report.
+            let mut rest = args![batch_id, state.as_str(), now];
+            let unreported = if named.is_empty() {
+                String::new()
+            } else {
+                let list = placeholders(rest.len() + 1, named.len());
+                rest.extend(named.iter().map(|p| Arg::from(*p)));
+                format!(" AND target_partition NOT IN ({list})")
+            };
+            w.push(
+                format!("UPDATE task_produce_log SET status = $2, finish_time = $3 WHERE batch_id = $1{unreported}"),
+                rest,
+            );
             c.exec_writes(w).await?;
-            let changed = settle_logs(&mut c, &b, state, now).await?;
+            let changed = refresh_partitions(&mut c, &b, now).await?;
             let failed: Vec<CheckName> = verdict.failed_checks().map(|c| c.name).collect();
             let names: Vec<&str> = failed.iter().map(|c| c.as_str()).collect();
             let detail = events::Committed::Rejected { failed_checks: failed.clone() };

@@ -15,6 +15,7 @@ on_both_backends!(
     a_first_run_publishes_and_ready_flips,
     an_appended_second_copy_is_rejected_until_a_clean_rerun,
     seven_of_twelve_partitions_is_not_complete,
+    a_rejected_commit_keeps_the_last_report_of_a_partition_named_twice,
     a_lost_commit_acknowledgement_is_answered_the_same,
     a_replayed_decision_is_the_same_bytes,
     a_replay_is_rebuilt_from_the_batch_as_it_was_decided,
@@ -132,6 +133,29 @@ async fn seven_of_twelve_partitions_is_not_complete(app: TestApp) {
     assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("rejected")));
     let (status, _) = app.ready("dwd.events", &[parts[0]]).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "a reported partition of a rejected batch is not ready either");
+}
+
+/// A rejected commit writes each declared partition's log row once, with
+/// its status: a partition reported twice keeps the last report's counts
+/// (as when each report was its own statement), and one not reported is
+/// settled without counts.
+async fn a_rejected_commit_keeps_the_last_report_of_a_partition_named_twice(app: TestApp) {
+    let (p1, p2) = ("dt=2026-08-24/hh=00", "dt=2026-08-24/hh=01");
+    let id = app.start_ok("hourly_twice", "dwd.twice", DT, &[p1, p2]).await;
+    let report = |rows: u64| json!({"partition": p1, "rows_written": rows, "row_count": rows, "distinct_keys": rows, "null_keys": 0});
+    let (status, record) = app.commit(&id, &json!({"marker": "m", "partitions": [report(10), report(20)]})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{record}");
+    assert_eq!(check(&record, "partitions_complete")["observed"]["duplicated"], json!([p1]), "{record}");
+    let (status, stored) = app.get(&format!("/v1/batches/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    let partitions = stored["partitions"].as_array().expect("partitions");
+    let shown: Vec<(&str, &str, Option<i64>)> = partitions
+        .iter()
+        .map(|p| (p["partition"].as_str().unwrap(), p["status"].as_str().unwrap(), p["row_count"].as_i64()))
+        .collect();
+    assert_eq!(shown, [(p1, "rejected", Some(20)), (p2, "rejected", None)], "{stored}");
+    let (status, body) = app.ready("dwd.twice", &[p1, p2]).await;
+    assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("rejected")), "{body}");
 }
 
 async fn a_lost_commit_acknowledgement_is_answered_the_same(app: TestApp) {
