@@ -365,10 +365,6 @@ impl Writes {
         self.statements.push((sql.into(), args));
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.statements.is_empty()
-    }
-
     /// One query of all the statements in `dialect`, each one's `$k` moved
     /// past the arguments of those before it, and all their arguments.
     fn joined(self, dialect: Dialect) -> (String, Vec<Arg>) {
