@@ -17,7 +17,7 @@ use super::events;
 use super::records::{self, BatchRow, DatasetRow, DATASET_COLUMNS};
 use super::staleness;
 use super::{BatchRecord, Decided, Decision, FailReport, SqlStore};
-use crate::changes::Change;
+use crate::changes::{Change, Wake};
 use crate::domain::alerts::{self as alert_rules, Advice, AlertKind, OwnerOf};
 use crate::domain::batch::{BatchState, EventKind, FailStage};
 use crate::domain::checks::{self, CheckName, CommitEvidence, PartitionHistory};
@@ -293,6 +293,7 @@ impl SqlStore {
         );
 
         let mut ripple = self.ripple();
+        let mut announced = None;
         let changed = if verdict.passed {
             // Passed: `partitions_complete` blocks in every tier, so the
             // evidence names each declared partition once.
@@ -324,6 +325,11 @@ impl SqlStore {
                 );
             }
             c.exec_writes(w).await?;
+            // The publish's own change, known already: its notice goes now,
+            // not under the lock.
+            let declared: Vec<String> = standing.iter().map(|d| d.target_partition.clone()).collect();
+            announced =
+                self.announce(&mut c, &Change { dataset: b.dataset.clone(), partitions: Some(declared) }).await?;
             super::feed::lock(&mut c).await?;
             // A batch of one partition that it does not read: nothing else in
             // this transaction reads the partition's invalidation or staleness
@@ -456,7 +462,7 @@ impl SqlStore {
         };
         let mut all = vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }];
         all.extend(ripple.changes);
-        self.finish(tx, all).await?;
+        self.finish_announced(tx, all, Wake::Waiters, announced).await?;
         self.metrics.decided(&logged);
         self.record_decision(batch_id).await
     }

@@ -54,7 +54,7 @@ use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
 use crate::domain::retry::RetryAdvice;
 use crate::error::Result;
 use crate::telemetry::Metrics;
-use db::{args, Pooled, Tx};
+use db::{args, Conn, Pooled, Tx};
 
 /// A request to start a batch, already parsed.
 #[derive(Debug, Clone)]
@@ -372,35 +372,54 @@ impl SqlStore {
     }
 
     async fn finish_waking(&self, tx: Tx, changes: Vec<Change>, wake: Wake) -> Result<()> {
+        self.finish_announced(tx, changes, wake, None).await
+    }
+
+    /// Sends the notice of `change`, the first of those the transaction will
+    /// finish with, now (PostgreSQL delivers it at the `COMMIT`), so that a
+    /// publish sends it before it takes the feed's lock. Nothing to do on
+    /// SQLite, where the lane publishes after its group's `COMMIT`.
+    async fn announce(&self, c: &mut Conn<'_>, change: &Change) -> Result<Option<postgres::Announced>> {
+        let (Conn::Postgres(c), Some(acks)) = (c, &self.acks) else {
+            return Ok(None);
+        };
+        let announced = postgres::Announced::new(acks.clone());
+        postgres::notify(c, change, announced.token()).await?;
+        Ok(Some(announced))
+    }
+
+    /// [`SqlStore::finish_waking`] for a transaction whose first change was
+    /// [`SqlStore::announce`]d: the others are notified under its token.
+    async fn finish_announced(
+        &self,
+        tx: Tx,
+        changes: Vec<Change>,
+        wake: Wake,
+        announced: Option<postgres::Announced>,
+    ) -> Result<()> {
         let mut tx = match tx {
             // The lane publishes after its group's COMMIT.
             Tx::Sqlite(t) => return Ok(t.commit_waking(changes, wake).await?),
             tx => tx,
         };
+        // Forgotten when dropped, on every way out but the last.
         let token = match (&mut tx, &self.acks) {
             (Tx::Postgres(t), Some(acks)) if !changes.is_empty() => {
-                let token = acks.register();
-                for c in &changes {
-                    if let Err(e) = postgres::notify(t, c, &token).await {
-                        acks.forget(&token);
-                        return Err(e.into());
-                    }
+                let sent = usize::from(announced.is_some());
+                let token = announced.unwrap_or_else(|| postgres::Announced::new(acks.clone()));
+                for c in &changes[sent..] {
+                    postgres::notify(t, c, token.token()).await?;
                 }
                 Some(token)
             }
             _ => None,
         };
-        if let Err(e) = tx.commit().await {
-            if let (Some(t), Some(acks)) = (&token, &self.acks) {
-                acks.forget(t);
-            }
-            return Err(e.into());
-        }
+        tx.commit().await?;
         for c in changes {
             self.hub.apply(c, wake);
         }
-        if let (Some(t), Some(acks)) = (&token, &self.acks) {
-            acks.wait(t).await;
+        if let Some(token) = token {
+            token.wait().await;
         }
         Ok(())
     }

@@ -260,15 +260,45 @@ impl Acks {
     }
 }
 
-pub(super) async fn notify(tx: &mut Transaction<'static, Postgres>, change: &Change, token: &str) -> sqlx::Result<()> {
+pub(super) async fn notify(c: &mut PgConnection, change: &Change, token: &str) -> sqlx::Result<()> {
     let mut notice = Notice { token: token.to_owned(), change: change.clone() };
     let mut payload = serde_json::to_string(&notice).expect("a change serialises");
     if payload.len() > MAX_PAYLOAD {
         notice.change.partitions = None;
         payload = serde_json::to_string(&notice).expect("a change serialises");
     }
-    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(&mut **tx).await?;
+    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(c).await?;
     Ok(())
+}
+
+/// A write's token for its notices: registered with [`Acks`] so that the
+/// other replicas' acknowledgements are counted, and forgotten when dropped
+/// (a write that failed or was cancelled) unless it was waited for.
+pub(super) struct Announced {
+    acks: Arc<Acks>,
+    token: String,
+}
+
+impl Announced {
+    pub(super) fn new(acks: Arc<Acks>) -> Self {
+        let token = acks.register();
+        Self { acks, token }
+    }
+
+    pub(super) fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Waits for the other live replicas to apply the write's changes.
+    pub(super) async fn wait(self) {
+        self.acks.wait(&self.token).await;
+    }
+}
+
+impl Drop for Announced {
+    fn drop(&mut self) {
+        self.acks.forget(&self.token);
+    }
 }
 
 /// Listens for changes committed by any replica (this one included: a
