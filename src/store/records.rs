@@ -202,8 +202,10 @@ pub(super) struct StoredEvent {
 }
 
 impl StoredEvent {
-    /// The event as its row reads ([`EventRow::into_event`]); a kind or a
-    /// time that is not one is a decode error, as it is read from a row.
+    /// The event, its detail read as its kind's type: a kind, a time or a
+    /// detail that is not one is a decode error naming the column (and for
+    /// a detail the kind), like any unknown stored value.
+    /// `marker` is the batch's, which a publish's event leaves out.
     pub fn into_event(self, marker: Option<&str>) -> Result<Event> {
         let decode = |column: &str, e: String| sqlx::Error::ColumnDecode {
             index: column.into(),
@@ -211,29 +213,9 @@ impl StoredEvent {
         };
         let kind = self.kind.parse::<EventKind>().map_err(|e| decode("kind", e.to_string()))?;
         let at = self.at.ok_or_else(|| decode("at", "an event without a time".to_owned()))?;
-        EventRow { kind, at, detail: self.detail.map(Json) }.into_event(marker)
-    }
-}
-
-#[derive(Debug, Clone)]
-struct EventRow {
-    kind: EventKind,
-    at: DateTime<Utc>,
-    detail: Option<Json<Value>>,
-}
-
-impl EventRow {
-    /// The event, its detail read as its kind's type: a detail that is not
-    /// one is a decode error naming the column and the kind, like any
-    /// unknown stored value.
-    /// `marker` is the batch's, which a publish's event leaves out.
-    pub fn into_event(self, marker: Option<&str>) -> Result<Event> {
-        let detail = self.detail.map_or_else(|| Value::Object(Default::default()), |j| j.0);
-        let kind = self.kind;
-        Event::decode(kind, self.at, detail, marker).map_err(|e| {
-            let source = format!("unknown stored value: not the detail of a {kind} event: {e}").into();
-            sqlx::Error::ColumnDecode { index: "detail".into(), source }.into()
-        })
+        let detail = self.detail.unwrap_or_else(|| Value::Object(Default::default()));
+        Event::decode(kind, at, detail, marker)
+            .map_err(|e| decode("detail", format!("not the detail of a {kind} event: {e}")).into())
     }
 }
 
