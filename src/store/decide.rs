@@ -328,8 +328,9 @@ impl SqlStore {
             // The publish's own change, known already: its notice goes now,
             // not under the lock.
             let declared: Vec<String> = standing.iter().map(|d| d.target_partition.clone()).collect();
-            announced =
-                self.announce(&mut c, &Change { dataset: b.dataset.clone(), partitions: Some(declared) }).await?;
+            announced = self
+                .announce(&mut c, Change { dataset: b.dataset.clone(), partitions: Some(declared.clone()) })
+                .await?;
             super::feed::lock(&mut c).await?;
             // A batch of one partition that it does not read: nothing else in
             // this transaction reads the partition's invalidation or staleness
@@ -401,7 +402,7 @@ impl SqlStore {
                 staleness::on_published(&mut c, publish, &policy, now, &mut ripple).await?;
             }
             alerts::resolve_ready(&mut c, &b.dataset, b.dt, now).await?;
-            standing.iter().map(|d| d.target_partition.clone()).collect()
+            declared
         } else {
             // Each log row written once, with its counts and its status
             // together. The evidence may name a partition twice (that is one

@@ -375,21 +375,24 @@ impl SqlStore {
         self.finish_announced(tx, changes, wake, None).await
     }
 
-    /// Sends the notice of `change`, the first of those the transaction will
+    /// Sends the notice of `change`, one of those the transaction will
     /// finish with, now (PostgreSQL delivers it at the `COMMIT`), so that a
     /// publish sends it before it takes the feed's lock. Nothing to do on
     /// SQLite, where the lane publishes after its group's `COMMIT`.
-    async fn announce(&self, c: &mut Conn<'_>, change: &Change) -> Result<Option<postgres::Announced>> {
+    async fn announce(&self, c: &mut Conn<'_>, change: Change) -> Result<Option<postgres::Announced>> {
         let (Conn::Postgres(c), Some(acks)) = (c, &self.acks) else {
             return Ok(None);
         };
-        let announced = postgres::Announced::new(acks.clone());
-        postgres::notify(c, change, announced.token()).await?;
+        let mut announced = postgres::Announced::new(acks.clone());
+        postgres::notify(c, &change, announced.token()).await?;
+        announced.sent(change);
         Ok(Some(announced))
     }
 
-    /// [`SqlStore::finish_waking`] for a transaction whose first change was
-    /// [`SqlStore::announce`]d: the others are notified under its token.
+    /// [`SqlStore::finish_waking`] for a transaction that may have
+    /// [`SqlStore::announce`]d a change already: the others are notified
+    /// under its token (the announced one again only if it is not among
+    /// them, which costs a replica one cache miss).
     async fn finish_announced(
         &self,
         tx: Tx,
@@ -405,9 +408,13 @@ impl SqlStore {
         // Forgotten when dropped, on every way out but the last.
         let token = match (&mut tx, &self.acks) {
             (Tx::Postgres(t), Some(acks)) if !changes.is_empty() => {
-                let sent = usize::from(announced.is_some());
                 let token = announced.unwrap_or_else(|| postgres::Announced::new(acks.clone()));
-                for c in &changes[sent..] {
+                let mut sent = token.change();
+                for c in &changes {
+                    if sent == Some(c) {
+                        sent = None;
+                        continue;
+                    }
                     postgres::notify(t, c, token.token()).await?;
                 }
                 Some(token)

@@ -271,22 +271,34 @@ pub(super) async fn notify(c: &mut PgConnection, change: &Change, token: &str) -
     Ok(())
 }
 
-/// A write's token for its notices: registered with [`Acks`] so that the
-/// other replicas' acknowledgements are counted, and forgotten when dropped
-/// (a write that failed or was cancelled) unless it was waited for.
+/// A write's token for its notices, and the change it notified already (a
+/// publish's own, before the feed's lock): registered with [`Acks`] so that
+/// the other replicas' acknowledgements are counted, and forgotten when
+/// dropped (a write that failed or was cancelled) unless it was waited for.
 pub(super) struct Announced {
     acks: Arc<Acks>,
     token: String,
+    sent: Option<Change>,
 }
 
 impl Announced {
     pub(super) fn new(acks: Arc<Acks>) -> Self {
         let token = acks.register();
-        Self { acks, token }
+        Self { acks, token, sent: None }
+    }
+
+    /// Notes that `change` was notified under this token.
+    pub(super) fn sent(&mut self, change: Change) {
+        self.sent = Some(change);
     }
 
     pub(super) fn token(&self) -> &str {
         &self.token
+    }
+
+    /// The change notified already, if any.
+    pub(super) fn change(&self) -> Option<&Change> {
+        self.sent.as_ref()
     }
 
     /// Waits for the other live replicas to apply the write's changes.
