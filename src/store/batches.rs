@@ -252,7 +252,7 @@ pub(super) async fn load_policy(c: &mut Conn<'_>, dataset: &str) -> Result<Datas
 impl SqlStore {
     #[tracing::instrument(skip_all, fields(dataset = %req.dataset, task = req.task.as_str(), dt = %req.dt, partitions = %super::partition_list(&req.partitions), batch_id = tracing::field::Empty))]
     pub async fn start_batch(&self, req: StartBatch) -> Result<Started> {
-        let started = super::retrying(|| self.do_start(req.clone())).await?;
+        let started = super::retrying(&self.metrics, || self.do_start(req.clone())).await?;
         tracing::Span::current().record("batch_id", started.batch_id.as_str());
         Ok(started)
     }

@@ -109,7 +109,8 @@ impl Decision {
 impl SqlStore {
     #[tracing::instrument(skip_all, fields(batch_id = %batch_id, stage = %report.stage, replayed = tracing::field::Empty))]
     pub async fn fail_batch(&self, batch_id: &str, report: FailReport, fingerprint: String) -> Result<Decision> {
-        let decision = super::retrying(|| self.do_fail(batch_id, report.clone(), fingerprint.clone())).await?;
+        let decision =
+            super::retrying(&self.metrics, || self.do_fail(batch_id, report.clone(), fingerprint.clone())).await?;
         tracing::Span::current().record("replayed", decision.replayed);
         Ok(decision)
     }
@@ -122,7 +123,8 @@ impl SqlStore {
         fingerprint: String,
     ) -> Result<Decision> {
         let began = std::time::Instant::now();
-        let decision = super::retrying(|| self.do_commit(batch_id, evidence.clone(), fingerprint.clone())).await?;
+        let decision =
+            super::retrying(&self.metrics, || self.do_commit(batch_id, evidence.clone(), fingerprint.clone())).await?;
         self.metrics.commit_took(began.elapsed().as_secs_f64());
         tracing::Span::current().record("replayed", decision.replayed);
         Ok(decision)

@@ -316,6 +316,7 @@ impl SqlStore {
     /// commit, see `sqlite.rs`), the write lock exclusively on PostgreSQL
     /// (see `postgres::begin_write` for the rule).
     async fn begin_write(&self) -> Result<Tx> {
+        self.metrics.db_write();
         Ok(match &self.backend {
             Backend::Sqlite(_, lane) => Tx::Sqlite(lane.begin().await?),
             Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool, postgres::Scope::Registry).await?),
@@ -330,7 +331,10 @@ impl SqlStore {
     async fn begin_write_under(&self, keys: &[String]) -> Result<Tx> {
         Ok(match &self.backend {
             Backend::Sqlite(..) => return self.begin_write().await,
-            Backend::Postgres(pool) => Tx::Postgres(postgres::begin_write(pool, postgres::Scope::Keys(keys)).await?),
+            Backend::Postgres(pool) => {
+                self.metrics.db_write();
+                Tx::Postgres(postgres::begin_write(pool, postgres::Scope::Keys(keys)).await?)
+            }
         })
     }
 
@@ -348,6 +352,7 @@ impl SqlStore {
     }
 
     async fn read(&self) -> Result<Pooled> {
+        self.metrics.db_read();
         Ok(match &self.backend {
             Backend::Sqlite(pool, _) => Pooled::Sqlite(pool.acquire().await?),
             Backend::Postgres(pool) => Pooled::Postgres(pool.acquire().await?),
@@ -470,11 +475,22 @@ const WRITE_ATTEMPTS: u32 = 4;
 /// again from the start is safe, and the request is answered as if nothing
 /// had happened instead of with a 500. (On PostgreSQL two writers can meet
 /// row against row, see `postgres::begin_write`; SQLite has one writer.)
-async fn retrying<T, F: std::future::Future<Output = Result<T>>>(write: impl FnMut() -> F) -> Result<T> {
+/// Each run again is counted in `metrics` (`batchgate_db_write_retries_total`).
+async fn retrying<T, F: std::future::Future<Output = Result<T>>>(
+    metrics: &Metrics,
+    write: impl FnMut() -> F,
+) -> Result<T> {
     // The other writer is finishing: a short, growing pause lets it.
     let pause = |attempt: u32| std::time::Duration::from_millis(5 << attempt);
     let what = "the database refused a write to break a deadlock";
-    with_attempts(what, WRITE_ATTEMPTS, crate::error::Error::is_retryable, pause, write).await
+    let again = |e: &crate::error::Error| {
+        let retried = e.is_retryable();
+        if retried {
+            metrics.db_write_retried();
+        }
+        retried
+    };
+    with_attempts(what, WRITE_ATTEMPTS, again, pause, write).await
 }
 
 /// Runs `op` up to `attempts` times in all: again after an error `again`
@@ -508,4 +524,96 @@ fn dataset_key(dataset: &str) -> String {
 /// Partitions as one log field: `dt=2026-08-24,dt=2026-08-25`.
 pub(crate) fn partition_list(partitions: &[PartitionSpec]) -> String {
     partitions.iter().map(PartitionSpec::as_str).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// A database error carrying only its SQLSTATE.
+    #[derive(Debug)]
+    struct Refused(&'static str);
+
+    impl std::fmt::Display for Refused {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "refused with {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Refused {}
+
+    impl sqlx::error::DatabaseError for Refused {
+        fn message(&self) -> &str {
+            "refused"
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn refused(code: &'static str) -> crate::error::Error {
+        crate::error::Error::Database(sqlx::Error::Database(Box::new(Refused(code))))
+    }
+
+    fn retries(m: &Metrics) -> String {
+        m.render().lines().find(|l| l.starts_with("batchgate_db_write_retries_total ")).expect("the counter").to_owned()
+    }
+
+    #[tokio::test]
+    async fn a_write_refused_to_break_a_deadlock_runs_again_and_each_run_again_is_counted() {
+        let metrics = Metrics::new();
+        let runs = AtomicU32::new(0);
+        let answer = retrying(&metrics, || async {
+            match runs.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(refused("40P01")),
+                1 => Err(refused("40001")),
+                _ => Ok("written"),
+            }
+        })
+        .await;
+        assert_eq!(answer.expect("the third run succeeds"), "written");
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!(retries(&metrics), "batchgate_db_write_retries_total 2");
+    }
+
+    #[tokio::test]
+    async fn other_errors_and_the_last_refusal_are_answered_and_not_counted_as_retries() {
+        let metrics = Metrics::new();
+        let runs = AtomicU32::new(0);
+        let answer: Result<()> = retrying(&metrics, || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Err(refused("23505"))
+        })
+        .await;
+        assert_eq!(answer.expect_err("a unique violation is not run again").code(), "storage_error");
+        assert_eq!(
+            (runs.load(Ordering::SeqCst), retries(&metrics)),
+            (1, "batchgate_db_write_retries_total 0".to_owned())
+        );
+
+        let runs = AtomicU32::new(0);
+        let answer: Result<()> = retrying(&metrics, || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Err(refused("40P01"))
+        })
+        .await;
+        assert!(answer.expect_err("refused every time").is_retryable());
+        assert_eq!(runs.load(Ordering::SeqCst), WRITE_ATTEMPTS);
+        assert_eq!(retries(&metrics), format!("batchgate_db_write_retries_total {}", WRITE_ATTEMPTS - 1));
+    }
 }

@@ -54,6 +54,13 @@ struct CheckTier {
     tier: &'static str,
 }
 
+/// What the service went to the database for: `read` (a connection taken
+/// from the pool) or `write` (a write transaction).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DbKind {
+    kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolState {
     state: &'static str,
@@ -101,6 +108,11 @@ pub struct Metrics {
     cache_hits: Counter,
     cache_misses: Counter,
     pool: Family<PoolState, Gauge>,
+    db_operations: Family<DbKind, Counter>,
+    /// `db_operations`' two series, found without a lookup per operation.
+    db_reads: Counter,
+    db_writes: Counter,
+    db_write_retries: Counter,
 }
 
 impl fmt::Debug for Metrics {
@@ -135,7 +147,15 @@ impl Metrics {
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             pool: Family::default(),
+            db_operations: Family::default(),
+            db_reads: Counter::default(),
+            db_writes: Counter::default(),
+            db_write_retries: Counter::default(),
         };
+        // One statement each: the family's lock guard lives until the end of it.
+        let db_reads = m.db_operations.get_or_create(&DbKind { kind: "read" }).clone();
+        let db_writes = m.db_operations.get_or_create(&DbKind { kind: "write" }).clone();
+        let m = Self { db_reads, db_writes, ..m };
         // Counters are registered without `_total`: the encoder adds it.
         r.register("http_requests", "HTTP requests by route template and status", m.http_requests.clone());
         r.register("http_request_duration_seconds", "HTTP request duration by route template", m.http_duration.clone());
@@ -154,6 +174,16 @@ impl Metrics {
         r.register("ready_cache_hits", "Readiness lookups answered from the cache", m.cache_hits.clone());
         r.register("ready_cache_misses", "Readiness lookups that read the database", m.cache_misses.clone());
         r.register("db_pool_connections", "Database pool connections by state", m.pool.clone());
+        r.register(
+            "db_operations",
+            "Times this instance went to the database: kind=read (a pooled connection) or kind=write (a write transaction)",
+            m.db_operations.clone(),
+        );
+        r.register(
+            "db_write_retries",
+            "Writes run again because the database broke a deadlock or a serialization conflict",
+            m.db_write_retries.clone(),
+        );
         Self { registry: r, ..m }
     }
 
@@ -208,6 +238,21 @@ impl Metrics {
         if !all.iter().any(|(o, _)| o == outcome) {
             all.push((outcome.to_owned(), c));
         }
+    }
+
+    /// Counts a pooled connection taken for reads.
+    pub fn db_read(&self) {
+        self.db_reads.inc();
+    }
+
+    /// Counts a write transaction begun.
+    pub fn db_write(&self) {
+        self.db_writes.inc();
+    }
+
+    /// Counts a write run again after a deadlock or serialization failure.
+    pub fn db_write_retried(&self) {
+        self.db_write_retries.inc();
     }
 
     pub fn cache_hit(&self) {

@@ -14,6 +14,7 @@ on_both_backends!(
     a_long_poll_over_several_partitions_waits_for_all,
     a_long_poll_until_ready_or_rejected_returns_on_a_rejection,
     a_long_poll_that_times_out_after_a_start_says_running,
+    long_polls_do_not_go_to_the_database_while_they_wait,
 );
 
 /// Readiness lookups so far (cache hits and misses): each time a long-poll
@@ -24,6 +25,25 @@ async fn lookups(app: &TestApp) -> f64 {
         .iter()
         .map(|name| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0))
         .sum()
+}
+
+/// `(series, value)` of every line of `/metrics` whose series starts with `name`.
+async fn scraped(app: &TestApp, name: &str) -> Vec<(String, f64)> {
+    let text = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Times the service went to the database so far, reads and writes.
+async fn db_operations(app: &TestApp) -> f64 {
+    let found = scraped(app, "batchgate_db_operations_total{").await;
+    assert_eq!(found.len(), 2, "kind=read and kind=write: {found:?}");
+    found.iter().map(|(_, v)| v).sum()
 }
 
 /// `GET path` (a long-poll) from a task of its own: its status and body.
@@ -168,4 +188,31 @@ async fn a_long_poll_that_times_out_after_a_start_says_running(app: TestApp) {
     app.start_ok("t", "d.late", "2026-08-24", &["dt=2026-08-24"]).await;
     let (status, body) = tokio::time::timeout(Duration::from_secs(15), poll).await.expect("answered").unwrap();
     assert_eq!((status, body["reason"].as_str()), (StatusCode::NOT_FOUND, Some("running")), "{body}");
+}
+
+/// Waiting costs no query: the waiters are woken by the publish, not by
+/// looking again (issue 14). The test service runs no background scan.
+async fn long_polls_do_not_go_to_the_database_while_they_wait(app: TestApp) {
+    let id = app.start_ok("t", "d.idle", "2026-08-24", &["dt=2026-08-24"]).await;
+    let polls: Vec<_> =
+        (0..5).map(|_| wait_in_background(&app, "/ready?dataset=d.idle&partition=dt%3D2026-08-24&wait=30")).collect();
+    let waiting = || async { scraped(&app, "batchgate_longpoll_waiters ").await.first().map_or(0.0, |(_, v)| *v) };
+    let began = Instant::now();
+    while waiting().await < 5.0 {
+        assert!(began.elapsed() < Duration::from_secs(10), "the five long-polls did not all start waiting");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A scrape reads the database gauges: what one costs is measured first.
+    let (a, b) = (db_operations(&app).await, db_operations(&app).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let c = db_operations(&app).await;
+    assert!(b - a >= 1.0, "a scrape reads the gauges, and is counted");
+    assert_eq!(c - b, b - a, "while five long-polls waited, the service went to the database only for the scrape");
+
+    let (status, _) = app.commit(&id, &clean("dt=2026-08-24", 10)).await;
+    assert_eq!(status, StatusCode::OK);
+    for poll in polls {
+        let (status, body) = tokio::time::timeout(Duration::from_secs(10), poll).await.expect("answered").unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
 }

@@ -187,6 +187,13 @@ async fn publishing_rejecting_and_long_polling_move_the_counters(app: TestApp) {
     let pool = after.value("batchgate_db_pool_connections", &[("state", "idle")])
         + after.value("batchgate_db_pool_connections", &[("state", "in_use")]);
     assert!(pool >= 1.0, "the pool holds connections: {pool}");
+    // Two starts, three commits, a dataset's policy and their audit rows were
+    // written; the commits' answers and the uncached /ready were read.
+    let writes = moved("batchgate_db_operations_total", &[("kind", "write")]);
+    let reads = moved("batchgate_db_operations_total", &[("kind", "read")]);
+    assert!(writes >= 6.0, "each start, commit and policy is a write transaction: {writes}");
+    assert!(reads >= 3.0, "each commit's answer and each uncached /ready is a read: {reads}");
+    assert_eq!(moved("batchgate_db_write_retries_total", &[]), 0.0, "no deadlock here");
 
     for (family, kind) in [
         ("batchgate_http_requests_total", "counter"),
@@ -199,6 +206,8 @@ async fn publishing_rejecting_and_long_polling_move_the_counters(app: TestApp) {
         ("batchgate_ready_cache_hits_total", "counter"),
         ("batchgate_ready_cache_misses_total", "counter"),
         ("batchgate_db_pool_connections", "gauge"),
+        ("batchgate_db_operations_total", "counter"),
+        ("batchgate_db_write_retries_total", "counter"),
         ("batchgate_batches_total", "counter"),
         ("batchgate_check_failures_total", "counter"),
         ("batchgate_ready_answers_total", "counter"),
