@@ -11,7 +11,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::db::{args, Conn};
+use super::db::{args, Arg, Conn};
 use super::SqlStore;
 use crate::error::Result;
 
@@ -47,8 +47,16 @@ const DELETE_WEBHOOKS: &str = "DELETE FROM outbox WHERE id IN (SELECT id FROM ou
 const DELETE_ALERTS: &str = "DELETE FROM alerts WHERE id IN (SELECT a.id FROM alerts a \
      WHERE a.state = 'resolved' AND a.resolved_at < $1 \
      AND NOT EXISTS (SELECT 1 FROM outbox w WHERE w.alert_id = a.id) ORDER BY a.id LIMIT 1000) RETURNING id";
-const DELETE_CHANGES: &str =
-    "DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < $1 ORDER BY id LIMIT 1000) RETURNING id";
+/// The change feed goes as a prefix of ids, below `$2`, the first change
+/// inside the retention ([`FIRST_KEPT_CHANGE`]): no index on `at` is needed.
+/// (`at < $1` keeps a change that committed after `$2` was read with a lower
+/// id, which can only be recent.)
+const DELETE_CHANGES: &str = "DELETE FROM changes WHERE id IN (SELECT id FROM changes \
+     WHERE id < $2 AND at < $1 ORDER BY id LIMIT 1000) RETURNING id";
+/// The oldest change inside the retention: the primary key walked from its
+/// oldest row, which is short when pruning keeps up (the rows it passes are
+/// the ones to prune).
+const FIRST_KEPT_CHANGE: &str = "SELECT id FROM changes WHERE at >= $1 ORDER BY id LIMIT 1";
 const DELETE_OPENLINEAGE: &str = "DELETE FROM openlineage_events WHERE id IN (SELECT id FROM openlineage_events \
      WHERE received_at < $1 ORDER BY id LIMIT 1000) RETURNING id";
 
@@ -56,27 +64,33 @@ impl SqlStore {
     /// Prunes what is older than `cutoff`, in transactions of at most
     /// [`PRUNE_BATCH`] rows each.
     #[tracing::instrument(skip_all, fields(%cutoff))]
-    #[tracing::instrument(skip_all, fields(%cutoff))]
     pub async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {
         Ok(Pruned {
             // Deliveries before alerts: an alert goes with its last delivery.
-            webhooks: self.prune_table(DELETE_WEBHOOKS, cutoff, None).await?,
-            alerts: self.prune_table(DELETE_ALERTS, cutoff, None).await?,
-            changes: self.prune_table(DELETE_CHANGES, cutoff, Some(CHANGES)).await?,
-            openlineage_events: self.prune_table(DELETE_OPENLINEAGE, cutoff, None).await?,
+            webhooks: self.prune_table(DELETE_WEBHOOKS, args![cutoff], None).await?,
+            alerts: self.prune_table(DELETE_ALERTS, args![cutoff], None).await?,
+            changes: self.prune_changes(cutoff).await?,
+            openlineage_events: self.prune_table(DELETE_OPENLINEAGE, args![cutoff], None).await?,
         })
     }
 
-    /// Runs one bounded delete per transaction until a batch comes back
-    /// short. With `horizon`, records the highest id deleted in the same
-    /// transaction as the delete.
-    async fn prune_table(&self, delete: &str, cutoff: DateTime<Utc>, horizon: Option<&str>) -> Result<u64> {
+    /// The change feed's prefix older than `cutoff`.
+    async fn prune_changes(&self, cutoff: DateTime<Utc>) -> Result<u64> {
+        let first_kept: Option<(i64,)> = self.read().await?.conn().opt(FIRST_KEPT_CHANGE, args![cutoff]).await?;
+        let below = first_kept.map_or(i64::MAX, |(id,)| id);
+        self.prune_table(DELETE_CHANGES, args![cutoff, below], Some(CHANGES)).await
+    }
+
+    /// Runs one bounded delete (with `args`) per transaction until a batch
+    /// comes back short. With `horizon`, records the highest id deleted in
+    /// the same transaction as the delete.
+    async fn prune_table(&self, delete: &str, args: Vec<Arg>, horizon: Option<&str>) -> Result<u64> {
         debug_assert!(delete.contains(&format!("LIMIT {PRUNE_BATCH}")));
         let mut total = 0;
         for _ in 0..MAX_BATCHES_PER_PASS {
             let mut tx = self.begin_write().await?;
             let mut c = tx.conn();
-            let ids: Vec<(i64,)> = c.all(delete, args![cutoff]).await?;
+            let ids: Vec<(i64,)> = c.all(delete, args.clone()).await?;
             if let (Some(name), Some(through)) = (horizon, ids.iter().map(|(id,)| *id).max()) {
                 raise_horizon(&mut c, name, through, self.now()).await?;
             }

@@ -13,6 +13,7 @@ on_both_backends!(
     three_thousand_heartbeats_make_a_small_record,
     twenty_repeats_of_an_openlineage_event_are_stored_once,
     old_changes_are_pruned_in_batches_of_a_thousand,
+    the_change_feed_is_pruned_only_as_a_prefix,
 );
 
 const START: &str = include_str!("fixtures/openlineage/airflow_task_start.json");
@@ -93,6 +94,42 @@ async fn old_changes_are_pruned_in_batches_of_a_thousand(app: TestApp) {
     let items = feed["items"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{feed}");
     assert_eq!(items[0]["dataset"], "d.new");
+}
+
+/// A change dated before the retention but numbered after a recent one (a
+/// clock set back) stays until the changes before it go: the feed is cut
+/// as a prefix, so a cursor at a kept change is never told it expired.
+async fn the_change_feed_is_pruned_only_as_a_prefix(app: TestApp) {
+    let old = match app.backend {
+        Backend::Sqlite => "'2001-01-01T00:00:00+00:00'",
+        Backend::Postgres => "TIMESTAMPTZ '2001-01-01T00:00:00+00:00'",
+    };
+    let insert_old = |n: u32| {
+        format!(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {n}) \
+             INSERT INTO changes (kind, dataset, partition_spec, version, at) SELECT 'published', 'd.old', 'dt=x', 1, {old} FROM n"
+        )
+    };
+    app.sql(&insert_old(3)).await;
+    app.publish("t", "d.new", "2026-08-24", "dt=2026-08-24", 5).await;
+    app.sql(&insert_old(2)).await;
+    let (_, feed) = app.get("/v1/changes").await;
+    let items = feed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 6, "{feed}");
+    let recent = items.iter().find(|c| c["dataset"] == "d.new").expect("the publish's change");
+    let before_recent = items[2]["cursor"].as_str().unwrap().to_owned();
+    assert_eq!(items[3]["dataset"], "d.new", "{feed}");
+
+    assert_eq!(app.scan().await.pruned, 3, "the old changes before the recent one");
+    let (status, feed) = app.get("/v1/changes").await;
+    assert_eq!(status, StatusCode::OK);
+    let datasets: Vec<&str> =
+        feed["items"].as_array().unwrap().iter().map(|c| c["dataset"].as_str().unwrap()).collect();
+    assert_eq!(datasets, ["d.new", "d.old", "d.old"], "{feed}");
+    assert_eq!(feed["items"][0]["cursor"], recent["cursor"]);
+    let (status, after) = app.get(&format!("/v1/changes?after={}", enc(&before_recent))).await;
+    assert_eq!(status, StatusCode::OK, "a cursor just before the first kept change missed nothing: {after}");
+    assert_eq!(after["items"], feed["items"]);
 }
 
 /// What a year and a bit leaves: batches and the registry stay; the change
