@@ -368,10 +368,8 @@ impl SqlStore {
     }
 
     /// [`SqlStore::finish`] for changes that only make partitions not ready
-    /// (a start): they wake no long-poll (see [`Wake::Nobody`]). On
-    /// PostgreSQL only the publish to this replica's hub knows that: every
-    /// replica, this one included, also hears the change through `NOTIFY`,
-    /// which does not carry it, and wakes its waiters as for any change.
+    /// (a start): they wake no long-poll (see [`Wake::Nobody`]), on any
+    /// replica (the `NOTIFY` says so).
     async fn finish_unready(&self, tx: Tx, changes: Vec<Change>) -> Result<()> {
         self.finish_waking(tx, changes, Wake::Nobody).await
     }
@@ -389,7 +387,7 @@ impl SqlStore {
             return Ok(None);
         };
         let mut announced = postgres::Announced::new(acks.clone());
-        postgres::notify(c, &change, announced.token()).await?;
+        postgres::notify(c, &change, Wake::Waiters, announced.token()).await?;
         announced.sent(change);
         Ok(Some(announced))
     }
@@ -420,7 +418,7 @@ impl SqlStore {
                         sent = None;
                         continue;
                     }
-                    postgres::notify(t, c, token.token()).await?;
+                    postgres::notify(t, c, wake, token.token()).await?;
                 }
                 Some(token)
             }

@@ -15,7 +15,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
 use tokio::sync::{mpsc, Notify};
 
 use super::DbOptions;
-use crate::changes::{Change, ChangeHub};
+use crate::changes::{Change, ChangeHub, Wake};
 
 pub(super) const CHANNEL: &str = "batchgate_changes";
 
@@ -156,6 +156,21 @@ struct Notice {
     token: String,
     #[serde(flatten)]
     change: Change,
+    /// The change wakes no long-poll ([`Wake::Nobody`]: a start). Absent
+    /// when it may (a replica of an earlier version reads it so, and one of
+    /// an earlier version ignores it: waking then costs a look, no more).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    quiet: bool,
+}
+
+impl Notice {
+    fn wake(&self) -> Wake {
+        if self.quiet {
+            Wake::Nobody
+        } else {
+            Wake::Waiters
+        }
+    }
 }
 
 /// Read-your-writes across replicas. A writer does not answer until every
@@ -260,8 +275,8 @@ impl Acks {
     }
 }
 
-pub(super) async fn notify(c: &mut PgConnection, change: &Change, token: &str) -> sqlx::Result<()> {
-    let mut notice = Notice { token: token.to_owned(), change: change.clone() };
+pub(super) async fn notify(c: &mut PgConnection, change: &Change, wake: Wake, token: &str) -> sqlx::Result<()> {
+    let mut notice = Notice { token: token.to_owned(), change: change.clone(), quiet: wake == Wake::Nobody };
     let mut payload = serde_json::to_string(&notice).expect("a change serialises");
     if payload.len() > MAX_PAYLOAD {
         notice.change.partitions = None;
@@ -345,7 +360,8 @@ pub(super) async fn spawn_listener(pool: PgPool, hub: Arc<ChangeHub>, acks: Arc<
                             Ok(Some(n)) if n.channel() == ACK_CHANNEL => acks.heard(n.payload()),
                             Ok(Some(n)) => match serde_json::from_str::<Notice>(n.payload()) {
                                 Ok(notice) => {
-                                    hub.publish(notice.change);
+                                    let wake = notice.wake();
+                                    hub.apply(notice.change, wake);
                                     if !acks.is_own(&notice.token) {
                                         acks.say(format!("ack|{}|{}", notice.token, acks.instance));
                                     }
@@ -419,5 +435,25 @@ async fn speak(pool: PgPool, mut rx: mpsc::UnboundedReceiver<String>) {
             }
         }
         batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod notice_tests {
+    use super::*;
+
+    #[test]
+    fn a_notice_says_quiet_only_when_its_change_wakes_nobody_and_reads_without_it() {
+        let change = Change { dataset: "d".into(), partitions: Some(vec!["dt=1".into()]) };
+        let loud = Notice { token: "t".into(), change: change.clone(), quiet: false };
+        let quiet = Notice { token: "t".into(), change, quiet: true };
+        let loud_text = serde_json::to_string(&loud).unwrap();
+        assert!(!loud_text.contains("quiet"), "the payload of earlier versions: {loud_text}");
+        assert!(serde_json::to_string(&quiet).unwrap().contains(r#""quiet":true"#));
+        // A notice from a replica of an earlier version wakes waiters.
+        let earlier: Notice = serde_json::from_str(r#"{"token":"t","dataset":"d","partitions":["dt=1"]}"#).unwrap();
+        assert_eq!(earlier.wake(), Wake::Waiters);
+        let read: Notice = serde_json::from_str(&serde_json::to_string(&quiet).unwrap()).unwrap();
+        assert_eq!(read.wake(), Wake::Nobody);
     }
 }

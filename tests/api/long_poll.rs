@@ -156,25 +156,51 @@ async fn a_change_through_one_instance_is_seen_at_once_on_another() {
 
 /// A start makes its partitions `running`, which answers no long-poll: the
 /// waiters of a partition being produced are woken once, by the publish,
-/// not also by the start to find it still not ready. SQLite only: on
-/// PostgreSQL every replica, this one included, hears the start through
-/// `NOTIFY`, which does not say that it wakes nobody.
+/// not also by the start to find it still not ready. On PostgreSQL every
+/// replica, the writing one included, hears the start through `NOTIFY`,
+/// which says that it wakes nobody.
+async fn a_start_wakes_no_long_poll_on_any_instance(instances: &[&TestApp]) {
+    let writer = instances[0];
+    let polls: Vec<_> = instances
+        .iter()
+        .map(|app| {
+            let url = format!("{}/ready?dataset=d.quiet&partition=dt%3D2026-08-24&wait=20", app.base);
+            let client = app.client.clone();
+            tokio::spawn(async move { client.get(url).send().await.unwrap().status() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(polls.iter().all(|p| !p.is_finished()), "no batch yet: the long-polls wait");
+    let mut looked = Vec::new();
+    for app in instances {
+        looked.push(lookups(app).await);
+    }
+    let id = writer.start_ok("t", "d.quiet", "2026-08-24", &["dt=2026-08-24"]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (i, app) in instances.iter().enumerate() {
+        assert_eq!(lookups(app).await, looked[i], "the start did not make instance {i}'s waiter look again");
+    }
+    assert!(polls.iter().all(|p| !p.is_finished()));
+    writer.commit(&id, &clean("dt=2026-08-24", 10)).await;
+    for poll in polls {
+        assert_eq!(tokio::time::timeout(Duration::from_secs(5), poll).await.unwrap().unwrap(), StatusCode::OK);
+    }
+    for (i, app) in instances.iter().enumerate() {
+        assert_eq!(lookups(app).await, looked[i] + 1.0, "the publish woke instance {i}'s waiter to one look");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_wakes_no_long_poll() {
     let app = TestApp::spawn(Backend::Sqlite).await.expect("SQLite always runs");
-    let url = format!("{}/ready?dataset=d.quiet&partition=dt%3D2026-08-24&wait=20", app.base);
-    let client = app.client.clone();
-    let poll = tokio::spawn(async move { client.get(url).send().await.unwrap().status() });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!poll.is_finished(), "no batch yet: the long-poll waits");
-    let looked = lookups(&app).await;
-    let id = app.start_ok("t", "d.quiet", "2026-08-24", &["dt=2026-08-24"]).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(lookups(&app).await, looked, "the start did not make the waiter look again");
-    assert!(!poll.is_finished());
-    app.commit(&id, &clean("dt=2026-08-24", 10)).await;
-    assert_eq!(tokio::time::timeout(Duration::from_secs(5), poll).await.unwrap().unwrap(), StatusCode::OK);
-    assert_eq!(lookups(&app).await, looked + 1.0, "the publish woke it to one look, and it answered");
+    a_start_wakes_no_long_poll_on_any_instance(&[&app]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_wakes_no_long_poll_on_any_postgres_replica() {
+    let Some(writer) = TestApp::spawn(Backend::Postgres).await else { return };
+    let reader = writer.replica().await;
+    a_start_wakes_no_long_poll_on_any_instance(&[&writer, &reader]).await;
 }
 
 /// Not woken by a start, a long-poll still answers its deadline with the
