@@ -140,20 +140,29 @@ impl Sender {
     /// Sends an asset event to Airflow, unless an earlier attempt whose
     /// outcome is unknown already did. An asset Airflow does not know raises
     /// an alert (once) and is tried again later: the DAG naming it may not be
-    /// parsed yet.
+    /// parsed yet. The event of a retried row that goes through resolves
+    /// that alert: Airflow knows the asset now.
     async fn asset_event(&self, item: &OutboxItem) -> Result<(), String> {
         let event: PendingAssetEvent = serde_json::from_value(item.payload.0.clone())
             .map_err(|e| format!("outbox row {} is not an asset event: {e}", item.id))?;
+        let dataset = item.dataset.as_deref().unwrap_or_default();
+        let key = format!("airflow_asset_unknown:{dataset}:{}", event.asset);
         match self.airflow.send(&item.url, &event, item.attempted_before()).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // Only a row tried before can have met the unknown asset.
+                if item.attempted_before() {
+                    if let Err(e) = self.store.resolve_push_alert(&key).await {
+                        tracing::error!(error = ?e, id = item.id, "could not resolve the unknown-asset alert");
+                    }
+                }
+                Ok(())
+            }
             Err(airflow::Failure::UnknownAsset) => {
-                let dataset = item.dataset.as_deref().unwrap_or_default();
                 let message = format!(
                     "Airflow at {} has no asset {:?} (the airflow_asset of {dataset}): asset events of {dataset} wait \
                      until a DAG names it",
                     item.url, event.asset
                 );
-                let key = format!("airflow_asset_unknown:{dataset}:{}", event.asset);
                 if let Err(e) = self
                     .store
                     .raise_push_alert(

@@ -387,4 +387,33 @@ impl SqlStore {
         tx.commit().await?;
         Ok(())
     }
+
+    /// Resolves the open alert raised under `dedup_key` by
+    /// [`Self::raise_push_alert`], if there is one: its cause went away. The
+    /// resolved alert gives up the key, so the same trouble later raises a
+    /// new alert. Whether there was one to resolve.
+    #[tracing::instrument(skip_all, fields(dedup_key = %dedup_key))]
+    pub async fn resolve_push_alert(&self, dedup_key: &str) -> Result<bool> {
+        const OPEN: &str = "SELECT id FROM alerts WHERE dedup_key = $1 AND state = 'open'";
+        // Most deliveries have no alert to resolve: a read, and no write.
+        let open: Option<(i64,)> = self.read().await?.conn().opt(OPEN, args![dedup_key]).await?;
+        if open.is_none() {
+            return Ok(false);
+        }
+        let mut tx = self.begin_write().await?;
+        let resolved = tx
+            .conn()
+            .exec(
+                "UPDATE alerts SET state = 'resolved', resolved_at = $2, \
+                   dedup_key = dedup_key || ':resolved:' || CAST(id AS TEXT) \
+                 WHERE dedup_key = $1 AND state = 'open'",
+                args![dedup_key, self.now()],
+            )
+            .await?;
+        tx.commit().await?;
+        if resolved > 0 {
+            tracing::info!(dedup_key, "alert resolved: its cause went away");
+        }
+        Ok(resolved > 0)
+    }
 }

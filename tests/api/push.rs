@@ -353,6 +353,29 @@ async fn an_unknown_airflow_asset_is_an_alert(backend: Backend) {
     app.clock.advance(chrono::Duration::seconds(5));
     assert_eq!(app.scan().await.delivered, 1);
     assert_eq!(airflow.events()[0]["asset_id"], 8);
+    // The event went through: Airflow knows the asset, the alert is resolved.
+    let alerts_of = |state: &'static str| {
+        let app = &app;
+        async move {
+            let (status, page) = app.get(&format!("/v1/alerts?kind=airflow_asset_unknown&state={state}")).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            page["items"].as_array().unwrap().clone()
+        }
+    };
+    assert_eq!(alerts_of("open").await, Vec::<Value>::new(), "resolved once the event went through");
+    let resolved = alerts_of("resolved").await;
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0]["id"], items[0]["id"]);
+
+    // The asset goes away again (a new instance has no cached id): a new alert.
+    airflow.with(|s| s.assets.clear());
+    let app = app.restart().await;
+    app.publish("t", "d.unknown", "2026-08-25", "dt=2026-08-25", 100).await;
+    assert_eq!(app.scan().await.failed_deliveries, 1);
+    let (_, open) = app.get("/v1/alerts?kind=airflow_asset_unknown&state=open").await;
+    let open = open["items"].as_array().unwrap();
+    assert_eq!(open.len(), 1, "the same trouble again is a new alert: {open:?}");
+    assert_ne!(open[0]["id"], items[0]["id"]);
 }
 
 /// Deliveries of one partition go in order: while the first waits for its
