@@ -78,6 +78,11 @@ impl Airflow {
         }
         let body = json!({"asset_id": asset_id, "partition_key": event.partition_key, "extra": event.extra});
         let resp = self.call(base, reqwest::Method::POST, "/api/v2/assets/events", &[], Some(&body)).await?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            // No asset of the cached id any more (it was removed, perhaps
+            // made again under a new id): the next attempt looks it up.
+            self.assets.lock().await.remove(&(base.to_owned(), event.asset.clone()));
+        }
         if resp.status().is_success() {
             Ok(())
         } else {
@@ -85,7 +90,8 @@ impl Airflow {
         }
     }
 
-    /// The asset's id, looked up by name (or URI) once.
+    /// The asset's id, looked up by name (or URI) once, and again after
+    /// Airflow said it has no asset of that id.
     async fn asset_id(&self, base: &str, event: &PendingAssetEvent) -> Result<i64, Failure> {
         let key = (base.to_owned(), event.asset.clone());
         if let Some(id) = self.assets.lock().await.get(&key) {

@@ -182,6 +182,14 @@ async fn post_event(
         return (StatusCode::UNAUTHORIZED, Json(json!({"detail": "Not authenticated"})));
     }
     s.posts += 1;
+    // As Airflow answers an asset id it does not have.
+    let asset_id = body["asset_id"].as_i64();
+    if !s.assets.iter().any(|(id, _, _)| Some(*id) == asset_id) {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"detail": format!("Asset with ID: `{}` was not found", body["asset_id"])})),
+        );
+    }
     if let Err(why) = check_body(&s, &body) {
         s.bad_bodies.push(why.clone());
         return (StatusCode::BAD_REQUEST, Json(json!({"detail": why})));
@@ -376,6 +384,32 @@ async fn an_unknown_airflow_asset_is_an_alert(backend: Backend) {
     let open = open["items"].as_array().unwrap();
     assert_eq!(open.len(), 1, "the same trouble again is a new alert: {open:?}");
     assert_ne!(open[0]["id"], items[0]["id"]);
+}
+
+/// An asset made again in Airflow under a new id (its DAG file changed):
+/// the cached id is answered 404 once, looked up again, and the event goes
+/// to the new one.
+async fn an_asset_made_again_under_a_new_id_is_looked_up_again(backend: Backend) {
+    let airflow = FakeAirflow::start(0).await;
+    let Some(app) = with_airflow(backend, &airflow).await else { return };
+    app.put_dataset("d.moved", &json!({"airflow_asset": ASSET})).await;
+    app.publish("t", "d.moved", DT, P, 100).await;
+    assert_eq!(app.scan().await.delivered, 1);
+    assert_eq!(airflow.events()[0]["asset_id"], 7);
+
+    airflow.with(|s| {
+        s.assets.retain(|(id, _, _)| *id != 7);
+        s.assets.push((12, ASSET.into(), ASSET.into()));
+    });
+    app.publish("t", "d.moved", "2026-08-25", "dt=2026-08-25", 50).await;
+    assert_eq!(app.scan().await.failed_deliveries, 1, "the cached id is gone");
+    let pending = deliveries(&app, "target=airflow&state=pending").await;
+    assert!(pending[0]["last_error"].as_str().unwrap().contains("404"), "{}", pending[0]);
+    app.clock.advance(chrono::Duration::seconds(5));
+    assert_eq!(app.scan().await.delivered, 1, "looked up again");
+    let events = airflow.events();
+    assert_eq!((events.len(), &events[1]["asset_id"]), (2, &json!(12)));
+    assert_eq!(airflow.with(|s| s.bad_bodies.len()), 0);
 }
 
 /// Deliveries of one partition go in order: while the first waits for its
@@ -588,6 +622,9 @@ per_backend! {
     a_restart_mid_delivery_does_not_duplicate_the_event =>
         sqlite_a_restart_mid_delivery_does_not_duplicate_the_event, postgres_a_restart_mid_delivery_does_not_duplicate_the_event;
     an_unknown_airflow_asset_is_an_alert => sqlite_an_unknown_airflow_asset_is_an_alert, postgres_an_unknown_airflow_asset_is_an_alert;
+    an_asset_made_again_under_a_new_id_is_looked_up_again =>
+        sqlite_an_asset_made_again_under_a_new_id_is_looked_up_again,
+        postgres_an_asset_made_again_under_a_new_id_is_looked_up_again;
     asset_events_go_in_order_per_partition =>
         sqlite_asset_events_go_in_order_per_partition, postgres_asset_events_go_in_order_per_partition;
     every_change_is_a_cloud_event_once_in_order_per_partition =>
