@@ -21,7 +21,9 @@ use crate::error::Result;
 #[derive(Debug, Clone)]
 pub(super) struct NewAlert {
     pub kind: AlertKind,
-    /// At most one alert per key, ever: raising twice is a no-op.
+    /// At most one alert per key: raising twice is a no-op. (A push alert
+    /// resolved when its cause went away gives its key up, see
+    /// `SqlStore::resolve_push_alert`.)
     pub dedup_key: String,
     pub severity: Severity,
     pub task: Option<String>,
