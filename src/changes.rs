@@ -210,11 +210,6 @@ impl ChangeHub {
         self.waiters.lock().expect("waiters lock").each(change, Notify::notify_one);
     }
 
-    /// A committed change: invalidate, then wake waiters.
-    pub fn publish(&self, change: Change) {
-        self.apply(change, Wake::Waiters);
-    }
-
     /// A committed change: invalidate, then wake its waiters if it may
     /// answer them. A start wakes nobody: waking the waiters of every
     /// partition a publisher starts cost each of them a look (and the
@@ -395,7 +390,7 @@ mod tests {
     fn a_fill_from_before_an_invalidation_is_dropped() {
         let hub = ChangeHub::new(true);
         let seen = hub.generation();
-        hub.publish(Change { dataset: "d".into(), partitions: Some(vec!["dt=2026-08-24".into()]) });
+        hub.apply(Change { dataset: "d".into(), partitions: Some(vec!["dt=2026-08-24".into()]) }, Wake::Waiters);
         hub.fill_partition(seen, "d", "dt=2026-08-24", Some(Arc::new(rec(1))));
         assert_eq!(hub.cached_partition("d", "dt=2026-08-24"), None);
         let seen = hub.generation();
@@ -425,7 +420,7 @@ mod tests {
         let g = hub.generation();
         hub.fill_partition(g, "d", "a=1", None);
         hub.fill_partition(g, "d", "a=2", None);
-        hub.publish(Change { dataset: "d".into(), partitions: Some(vec!["a=1".into()]) });
+        hub.apply(Change { dataset: "d".into(), partitions: Some(vec!["a=1".into()]) }, Wake::Waiters);
         assert_eq!(hub.cached_partition("d", "a=1"), None);
         assert_eq!(hub.cached_partition("d", "a=2"), Some(None), "an unchanged partition stays cached");
         assert!(woken(&on_a1), "the waiter on the changed partition wakes");
@@ -434,7 +429,7 @@ mod tests {
         assert!(woken(&on_all), "a waiter on everything wakes");
         assert!(!woken(&on_a1), "one change, one wake-up");
 
-        hub.publish(Change { dataset: "d".into(), partitions: None });
+        hub.apply(Change { dataset: "d".into(), partitions: None }, Wake::Waiters);
         assert!(woken(&on_a1) && woken(&on_a2) && !woken(&on_other), "a dataset-wide change wakes its waiters");
         hub.suspend();
         assert!(woken(&on_a1) && woken(&on_a2) && woken(&on_other) && woken(&on_all), "a resync wakes everyone");
@@ -506,7 +501,7 @@ mod tests {
         let before = tokio::spawn(ask(hub.clone(), reads.clone()));
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(reads.load(SeqCst), 2, "a read under way");
-        hub.publish(Change { dataset: "d".into(), partitions: Some(vec!["a=1".into()]) });
+        hub.apply(Change { dataset: "d".into(), partitions: Some(vec!["a=1".into()]) }, Wake::Waiters);
         assert_eq!(ask(hub.clone(), reads.clone()).await, Ok(vec![None]));
         assert_eq!(reads.load(SeqCst), 3, "asked after the change: a read of its own");
         assert_eq!(before.await.expect("task"), Ok(vec![None]));
