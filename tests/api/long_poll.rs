@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 
 use crate::helpers::{clean, Backend, TestApp};
+use crate::metrics::scrape;
 use crate::on_both_backends;
 
 on_both_backends!(
@@ -20,30 +21,18 @@ on_both_backends!(
 /// Readiness lookups so far (cache hits and misses): each time a long-poll
 /// looks at its partitions adds one per partition.
 async fn lookups(app: &TestApp) -> f64 {
-    let text = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
-    ["batchgate_ready_cache_hits_total ", "batchgate_ready_cache_misses_total "]
-        .iter()
-        .map(|name| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0))
-        .sum()
-}
-
-/// `(series, value)` of every line of `/metrics` whose series starts with `name`.
-async fn scraped(app: &TestApp, name: &str) -> Vec<(String, f64)> {
-    let text = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_owned(), value.parse().ok()?))
-        })
-        .collect()
+    let s = scrape(app).await;
+    s.value("batchgate_ready_cache_hits_total", &[]) + s.value("batchgate_ready_cache_misses_total", &[])
 }
 
 /// Times the service went to the database so far, reads and writes.
 async fn db_operations(app: &TestApp) -> f64 {
-    let found = scraped(app, "batchgate_db_operations_total{").await;
-    assert_eq!(found.len(), 2, "kind=read and kind=write: {found:?}");
-    found.iter().map(|(_, v)| v).sum()
+    const OPERATIONS: &str = "batchgate_db_operations_total";
+    let s = scrape(app).await;
+    let mut kinds = s.label_values(OPERATIONS, "kind");
+    kinds.sort();
+    assert_eq!(kinds, ["read", "write"], "both series are exported");
+    s.value(OPERATIONS, &[("kind", "read")]) + s.value(OPERATIONS, &[("kind", "write")])
 }
 
 /// `GET path` (a long-poll) from a task of its own: its status and body.
@@ -222,7 +211,7 @@ async fn long_polls_do_not_go_to_the_database_while_they_wait(app: TestApp) {
     let id = app.start_ok("t", "d.idle", "2026-08-24", &["dt=2026-08-24"]).await;
     let polls: Vec<_> =
         (0..5).map(|_| wait_in_background(&app, "/ready?dataset=d.idle&partition=dt%3D2026-08-24&wait=30")).collect();
-    let waiting = || async { scraped(&app, "batchgate_longpoll_waiters ").await.first().map_or(0.0, |(_, v)| *v) };
+    let waiting = || async { scrape(&app).await.value("batchgate_longpoll_waiters", &[]) };
     let began = Instant::now();
     while waiting().await < 5.0 {
         assert!(began.elapsed() < Duration::from_secs(10), "the five long-polls did not all start waiting");

@@ -26,7 +26,7 @@ type Sample = (BTreeMap<String, String>, f64);
 
 /// A parsed scrape: the samples by metric name, and the `# TYPE` of each family.
 #[derive(Debug, Default)]
-struct Scrape {
+pub(crate) struct Scrape {
     samples: BTreeMap<String, Vec<Sample>>,
     types: BTreeMap<String, String>,
 }
@@ -92,7 +92,7 @@ impl Scrape {
 
     /// The value of the sample whose labels include `want`; 0 when absent
     /// (a labelled counter appears only once it counted something).
-    fn value(&self, name: &str, want: &[(&str, &str)]) -> f64 {
+    pub(crate) fn value(&self, name: &str, want: &[(&str, &str)]) -> f64 {
         let matching: Vec<f64> = self
             .samples
             .get(name)
@@ -106,12 +106,12 @@ impl Scrape {
     }
 
     /// The values a label takes across a metric's samples.
-    fn label_values(&self, name: &str, label: &str) -> Vec<String> {
+    pub(crate) fn label_values(&self, name: &str, label: &str) -> Vec<String> {
         self.samples.get(name).into_iter().flatten().filter_map(|(l, _)| l.get(label).cloned()).collect()
     }
 }
 
-async fn scrape(app: &TestApp) -> Scrape {
+pub(crate) async fn scrape(app: &TestApp) -> Scrape {
     let resp = app.client.get(format!("{}/metrics", app.base)).send().await.expect("scrape");
     assert_eq!(resp.status(), StatusCode::OK);
     let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
