@@ -964,28 +964,35 @@ struct Waiters {
     publish_cpu_us: [(f64, f64); 3],
 }
 
-/// A counter of the service's `/metrics`.
+/// One scrape of the service's `/metrics`.
+async fn scrape(http: &reqwest::Client, base: &str) -> Result<String> {
+    Ok(http.get(format!("{base}/metrics")).send().await?.text().await?)
+}
+
+/// The value of `name` in a scrape: its sample without labels, or the sum
+/// of its labelled samples.
+fn metric_in(text: &str, name: &str) -> Result<f64> {
+    let mut found: Option<f64> = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name).filter(|r| r.starts_with([' ', '{'])) else {
+            continue;
+        };
+        let value = rest.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok());
+        *found.get_or_insert(0.0) += value.with_context(|| format!("no value in {line:?}"))?;
+    }
+    found.with_context(|| format!("no {name} in /metrics"))
+}
+
+/// A metric of the service's `/metrics` (see [`metric_in`]).
 async fn metric(http: &reqwest::Client, base: &str, name: &str) -> Result<f64> {
-    let text = http.get(format!("{base}/metrics")).send().await?.text().await?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .with_context(|| format!("no {name} in /metrics"))
+    metric_in(&scrape(http, base).await?, name)
 }
 
 /// Readiness reads from the database (cache misses) and times the service
 /// went to the database at all, so far: one scrape.
 async fn db_counters(http: &reqwest::Client, base: &str) -> Result<(f64, f64)> {
-    let text = http.get(format!("{base}/metrics")).send().await?.text().await?;
-    let value = |l: &str| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok());
-    let misses = text
-        .lines()
-        .find(|l| l.starts_with("batchgate_ready_cache_misses_total "))
-        .and_then(value)
-        .context("no batchgate_ready_cache_misses_total in /metrics")?;
-    let ops: Vec<f64> =
-        text.lines().filter(|l| l.starts_with("batchgate_db_operations_total{")).filter_map(value).collect();
-    ensure!(!ops.is_empty(), "no batchgate_db_operations_total in /metrics");
-    Ok((misses, ops.iter().sum()))
+    let text = scrape(http, base).await?;
+    Ok((metric_in(&text, "batchgate_ready_cache_misses_total")?, metric_in(&text, "batchgate_db_operations_total")?))
 }
 
 /// Readiness reads from the database, and times the service went to the
@@ -1114,8 +1121,8 @@ async fn waiters(http: &reqwest::Client, services: &[Service], datasets: u64, kn
 
 /// Readiness lookups so far: cache hits and misses of `/ready`.
 async fn lookups(http: &reqwest::Client, base: &str) -> Result<f64> {
-    Ok(metric(http, base, "batchgate_ready_cache_hits_total").await?
-        + metric(http, base, "batchgate_ready_cache_misses_total").await?)
+    let text = scrape(http, base).await?;
+    Ok(metric_in(&text, "batchgate_ready_cache_hits_total")? + metric_in(&text, "batchgate_ready_cache_misses_total")?)
 }
 
 // ---- Report ---------------------------------------------------------------------------
