@@ -21,9 +21,8 @@ use crate::error::Result;
 #[derive(Debug, Clone)]
 pub(super) struct NewAlert {
     pub kind: AlertKind,
-    /// At most one alert per key: raising twice is a no-op. (A push alert
-    /// resolved when its cause went away gives its key up, see
-    /// `SqlStore::resolve_push_alert`.)
+    /// At most one alert per key: raising twice is a no-op. (An alert
+    /// resolved by [`resolve_by_key`] gives its key up.)
     pub dedup_key: String,
     pub severity: Severity,
     pub task: Option<String>,
@@ -181,6 +180,21 @@ pub(super) async fn raise(
         .await?;
     }
     Ok(Some(alert.id))
+}
+
+/// Resolves the open alert raised under `dedup_key`, if there is one, and
+/// frees the key (the resolved alert keeps it with `:resolved:<id>` added),
+/// so the same trouble later raises a new alert. Whether one was resolved.
+pub(super) async fn resolve_by_key(c: &mut Conn<'_>, dedup_key: &str, now: DateTime<Utc>) -> Result<bool> {
+    let resolved = c
+        .exec(
+            "UPDATE alerts SET state = 'resolved', resolved_at = $2, \
+               dedup_key = dedup_key || ':resolved:' || CAST(id AS TEXT) \
+             WHERE dedup_key = $1 AND state = 'open'",
+            args![dedup_key, now],
+        )
+        .await?;
+    Ok(resolved > 0)
 }
 
 /// Resolves every open alert of a data date whose partitions are all ready.

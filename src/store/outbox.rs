@@ -389,9 +389,8 @@ impl SqlStore {
     }
 
     /// Resolves the open alert raised under `dedup_key` by
-    /// [`Self::raise_push_alert`], if there is one: its cause went away. The
-    /// resolved alert gives up the key, so the same trouble later raises a
-    /// new alert. Whether there was one to resolve.
+    /// [`Self::raise_push_alert`], if there is one: its cause went away
+    /// ([`alerts::resolve_by_key`]). Whether there was one to resolve.
     #[tracing::instrument(skip_all, fields(dedup_key = %dedup_key))]
     pub async fn resolve_push_alert(&self, dedup_key: &str) -> Result<bool> {
         const OPEN: &str = "SELECT id FROM alerts WHERE dedup_key = $1 AND state = 'open'";
@@ -401,19 +400,11 @@ impl SqlStore {
             return Ok(false);
         }
         let mut tx = self.begin_write().await?;
-        let resolved = tx
-            .conn()
-            .exec(
-                "UPDATE alerts SET state = 'resolved', resolved_at = $2, \
-                   dedup_key = dedup_key || ':resolved:' || CAST(id AS TEXT) \
-                 WHERE dedup_key = $1 AND state = 'open'",
-                args![dedup_key, self.now()],
-            )
-            .await?;
+        let resolved = alerts::resolve_by_key(&mut tx.conn(), dedup_key, self.now()).await?;
         tx.commit().await?;
-        if resolved > 0 {
+        if resolved {
             tracing::info!(dedup_key, "alert resolved: its cause went away");
         }
-        Ok(resolved > 0)
+        Ok(resolved)
     }
 }
