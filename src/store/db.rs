@@ -503,6 +503,7 @@ mod tests {
     #[tokio::test]
     async fn writes_run_together_on_sqlite() {
         use sqlx::Connection;
+        crate::store::sqlite_memory::configure();
         let mut c = SqliteConnection::connect("sqlite::memory:").await.expect("sqlite");
         sqlx::raw_sql("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)").execute(&mut c).await.expect("table");
         let mut w = Writes::default();

@@ -26,6 +26,7 @@ mod repairs;
 mod retention;
 mod scans;
 mod sqlite;
+pub(crate) mod sqlite_memory;
 mod staleness;
 mod tokens;
 

@@ -827,6 +827,7 @@ mod tests {
     #[tokio::test]
     async fn a_time_in_a_document_reads_as_sqlx_reads_its_column() {
         use sqlx::Connection;
+        crate::store::sqlite_memory::configure();
         let mut c = sqlx::SqliteConnection::connect("sqlite::memory:").await.expect("sqlite");
         let stored = [
             "2026-08-24T01:02:03+00:00",

@@ -39,6 +39,7 @@ use super::DbOptions;
 use crate::changes::{Change, ChangeHub, Wake};
 
 pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<SqlitePool> {
+    super::sqlite_memory::configure();
     let options = SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
