@@ -1,6 +1,7 @@
 //! `/ui/datasets` and `/ui/datasets/{dataset}`: the partition grid (data
-//! dates × partitions, coloured by fitness), the policy, and the volume of
-//! recent periods against the baseline band the volume check uses.
+//! dates × partitions, coloured by fitness), the policy, the volume of
+//! recent periods against the baseline band the volume check uses, and what
+//! was pushed about the dataset ([`super::deliveries`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -87,6 +88,7 @@ pub(super) async fn page(State(app): State<AppState>, Path(name): Path<String>) 
             }
         }
     }
+    let pushed = app.store.list_deliveries(&super::deliveries::latest(&name)).await?.items;
     let body = html! {
         h1 { span.dim { "Dataset " } (ds.dataset) }
         p.links {
@@ -111,6 +113,7 @@ pub(super) async fn page(State(app): State<AppState>, Path(name): Path<String>) 
                 (ds.baseline_periods) " earlier dates ± " ((ds.max_volume_change * 100.0).round()) "%." }
             (volume(&ds, &parts, &attempted))
         }
+        (super::deliveries::section(&ds.dataset, &pushed))
     };
     Ok(layout(&ds.dataset, Section::Datasets, body))
 }

@@ -10,6 +10,7 @@
 mod alerts;
 mod batch;
 mod dataset;
+mod deliveries;
 mod lineage;
 mod overview;
 mod repairs;

@@ -219,6 +219,13 @@ async fn with_airflow(backend: Backend, airflow: &FakeAirflow) -> Option<TestApp
     .await
 }
 
+/// A console page's HTML.
+async fn console_page(app: &TestApp, path: &str) -> String {
+    let resp = app.client.get(format!("{}{path}", app.base)).send().await.expect("request");
+    assert_eq!(resp.status(), StatusCode::OK, "{path}");
+    resp.text().await.expect("body")
+}
+
 async fn deliveries(app: &TestApp, query: &str) -> Vec<Value> {
     let (status, body) = app.get(&format!("/v1/deliveries?{query}")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -546,9 +553,23 @@ async fn a_dataset_events_url_and_the_deliveries_listing(backend: Backend) {
     assert!(deliveries(&app, "target=airflow").await.is_empty());
     assert_eq!(deliveries(&app, "dataset=d.other").await.len(), 0);
 
+    // The dataset's console page shows them: the event waiting with its
+    // error, the receiver by its origin only.
+    let origin = receiver.url.trim_end_matches("/hook");
+    let page = console_page(&app, "/ui/datasets/d.own").await;
+    let shown = page.split("id=\"deliveries-h\"").nth(1).expect("a Deliveries section");
+    assert!(shown.contains("badge s-pending") && shown.contains("next attempt"), "{shown}");
+    assert!(shown.contains(pending[0]["last_error"].as_str().unwrap()), "the last error: {shown}");
+    assert!(shown.contains(origin) && !shown.contains(&receiver.url), "origin only: {shown}");
+    let other = console_page(&app, "/ui/datasets/d.other").await;
+    assert!(other.contains("No deliveries"), "{other}");
+
     app.clock.advance(chrono::Duration::seconds(1));
     assert_eq!(app.scan().await.delivered, 1);
     assert_eq!(deliveries(&app, "state=delivered").await.len(), 2);
+    let page = console_page(&app, "/ui/datasets/d.own").await;
+    let shown = page.split("id=\"deliveries-h\"").nth(1).expect("a Deliveries section");
+    assert!(shown.contains("badge s-delivered") && !shown.contains("badge s-pending"), "{shown}");
     assert!(deliveries(&app, "state=given_up").await.is_empty());
     let page = deliveries(&app, "limit=1").await;
     assert_eq!(page.len(), 1);
