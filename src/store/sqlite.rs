@@ -115,7 +115,13 @@ impl Lane {
     /// Takes a connection of `pool` (with its settings) for the lane; the
     /// pool opens another in its place.
     pub(super) async fn open(pool: &SqlitePool, hub: Arc<ChangeHub>, opts: &DbOptions) -> sqlx::Result<Self> {
-        let conn = pool.acquire().await?.detach();
+        let mut conn = pool.acquire().await?.detach();
+        // Each writer of a group works in a savepoint, whose journal of the
+        // pages it changes goes to a temporary file once it passes 64 KiB
+        // (a few writers' worth): a write system call per page, on every
+        // group. In memory it is a copy. It never outgrows one group (at
+        // most MAX_MEMBERS writers), and is dropped at its COMMIT.
+        run(&mut conn, "PRAGMA temp_store = MEMORY").await?;
         Ok(Self {
             inner: Arc::new(Mutex::new(Inner { conn, group: None, spare: false })),
             queued: Arc::default(),
@@ -412,6 +418,18 @@ mod tests {
 
     async fn insert(w: &mut WriteTx, sql: &'static str) {
         run(w.conn(), sql).await.expect("insert");
+    }
+
+    #[tokio::test]
+    async fn the_lane_keeps_savepoint_journals_in_memory() {
+        let (_dir, pool, lane) = lane().await;
+        let mut w = lane.begin().await.expect("the lane is free");
+        let on_lane: (i64,) = sqlx::query_as("PRAGMA temp_store").fetch_one(&mut *w.conn()).await.expect("pragma");
+        w.commit(Vec::new()).await.expect("commit");
+        assert_eq!(on_lane.0, 2, "MEMORY on the write lane");
+        // Readers keep the default (large sorts may go to disk).
+        let on_reader: (i64,) = sqlx::query_as("PRAGMA temp_store").fetch_one(&pool).await.expect("pragma");
+        assert_eq!(on_reader.0, 0);
     }
 
     /// A writer alone on the lane: begin, one statement, commit.
