@@ -92,6 +92,9 @@ const AUDIT_ROWS_PER_INSERT: usize = 500;
 #[derive(Default)]
 pub(super) struct AuditQueue {
     state: std::sync::Mutex<Queued>,
+    /// Tests: the writer panics on its next turn, as a bug in it would.
+    #[cfg(test)]
+    panic_next: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -231,6 +234,10 @@ impl SqlStore {
                 }
                 std::mem::take(&mut q.pending)
             };
+            #[cfg(test)]
+            if self.audit.panic_next.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                panic!("the audit writer's bug, injected by a test");
+            }
             let result = self.insert_audit(&batch).await;
             let shared = result.as_ref().err().map(|e| e.to_string());
             for p in batch {
@@ -304,5 +311,53 @@ impl SqlStore {
         items.truncate(q.limit as usize);
         let next = items.last().filter(|_| more).map(|x| Position::Id(x.id));
         Ok(Page { items, next })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::store::DbOptions;
+
+    fn entry(request_id: &str) -> AuditEntry {
+        AuditEntry {
+            actor: "tester".into(),
+            request_id: request_id.into(),
+            action: "batch.start".into(),
+            method: "POST".into(),
+            path: "/v1/batches".into(),
+            dataset: Some("d".into()),
+            status: 201,
+        }
+    }
+
+    /// A writer that dies (a bug) answers its waiters with an error instead
+    /// of leaving them waiting, and frees the turn: the next request's rows
+    /// are written by a new writer.
+    #[tokio::test]
+    async fn a_dead_audit_writer_fails_its_waiters_and_the_next_write_starts_another() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}", dir.path().join("audit.db").display());
+        let store = SqlStore::connect(&url, &DbOptions::default(), Arc::new(SystemClock)).await.expect("store");
+
+        store.audit.panic_next.store(true, Ordering::SeqCst);
+        let lost = tokio::time::timeout(std::time::Duration::from_secs(10), store.record_audit(&[entry("r1")]))
+            .await
+            .expect("the waiter is answered, not left waiting");
+        let err = lost.expect_err("its rows were not written");
+        assert!(err.to_string().contains("stopped"), "{err}");
+
+        tokio::time::timeout(std::time::Duration::from_secs(10), store.record_audit(&[entry("r2")]))
+            .await
+            .expect("a new writer takes the turn")
+            .expect("written");
+        let q = AuditQuery { actor: None, dataset: None, action: None, since: None, limit: 10, before_id: None };
+        let rows: Vec<String> =
+            store.list_audit(&q).await.expect("list").items.into_iter().map(|r| r.request_id).collect();
+        assert_eq!(rows, vec!["r2".to_owned()]);
     }
 }
