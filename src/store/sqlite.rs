@@ -37,6 +37,7 @@ use tokio::sync::{oneshot, Mutex, OwnedMutexGuard};
 
 use super::DbOptions;
 use crate::changes::{Change, ChangeHub, Wake};
+use crate::telemetry::Metrics;
 
 pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<SqlitePool> {
     super::sqlite_memory::configure();
@@ -84,6 +85,8 @@ pub(crate) struct Lane {
     /// done hands the lane over instead of committing.
     queued: Arc<AtomicUsize>,
     hub: Arc<ChangeHub>,
+    /// Where each group's size is recorded.
+    metrics: Arc<Metrics>,
     max_age: Duration,
     /// Longest wait for the lane: then 503 storage_unavailable, as for a
     /// pooled connection.
@@ -126,6 +129,7 @@ impl Lane {
             inner: Arc::new(Mutex::new(Inner { conn, group: None, spare: false })),
             queued: Arc::default(),
             hub,
+            metrics: opts.metrics.clone(),
             max_age: MAX_AGE,
             timeout: opts.timeout,
         })
@@ -227,6 +231,7 @@ impl Lane {
         let result = run(&mut guard.conn, "COMMIT").await;
         match &result {
             Ok(()) => {
+                self.metrics.sqlite_group_committed(group.members.len());
                 for m in &group.members {
                     for c in &m.changes {
                         self.hub.apply(c.clone(), m.wake);
@@ -432,6 +437,16 @@ mod tests {
         assert_eq!(on_reader.0, 0);
     }
 
+    /// `sqlite_group_commit_writers` as `/metrics` shows it: (COMMITs, writes).
+    fn group_sizes(lane: &Lane) -> (u64, u64) {
+        let text = lane.metrics.render();
+        let value = |name: &str| {
+            let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {text}"));
+            line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).expect("a number") as u64
+        };
+        (value("batchgate_sqlite_group_commit_writers_count "), value("batchgate_sqlite_group_commit_writers_sum "))
+    }
+
     /// A writer alone on the lane: begin, one statement, commit.
     async fn write_alone(lane: &Lane, sql: &'static str) {
         let mut w = lane.begin().await.expect("the lane is free");
@@ -487,6 +502,7 @@ mod tests {
         assert_ne!(lane.hub.generation(), before, "published by the time the commit is answered");
         later.await.expect("task").expect("commit");
         assert_eq!(rows(&pool).await, [1, 3]);
+        assert_eq!(group_sizes(&lane), (1, 2), "one COMMIT, for the two writes that committed");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,6 +521,7 @@ mod tests {
         queued(&lane, 1).await;
         let a = a.commit(vec![change("a")]).await;
         let b = later.await.expect("task");
+        assert_eq!(group_sizes(&lane), (0, 0), "a COMMIT that failed made nothing durable");
         assert!(b.is_err(), "the member whose work breaks the COMMIT");
         assert!(a.is_err(), "and the member that shared it");
         assert_eq!(rows(&pool).await, Vec::<i64>::new());

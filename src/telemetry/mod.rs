@@ -113,6 +113,7 @@ pub struct Metrics {
     db_reads: Counter,
     db_writes: Counter,
     db_write_retries: Counter,
+    sqlite_group_writers: Histogram,
 }
 
 impl fmt::Debug for Metrics {
@@ -151,6 +152,8 @@ impl Metrics {
             db_reads: Counter::default(),
             db_writes: Counter::default(),
             db_write_retries: Counter::default(),
+            // 1, 2, 4 … 64: up to the lane's most writers per COMMIT.
+            sqlite_group_writers: Histogram::new(exponential_buckets(1.0, 2.0, 7)),
         };
         // One statement each: the family's lock guard lives until the end of it.
         let db_reads = m.db_operations.get_or_create(&DbKind { kind: "read" }).clone();
@@ -183,6 +186,11 @@ impl Metrics {
             "db_write_retries",
             "Writes run again because the database broke a deadlock or a serialization conflict",
             m.db_write_retries.clone(),
+        );
+        r.register(
+            "sqlite_group_commit_writers",
+            "SQLite: writes one COMMIT made durable together (group commit; one fsync each COMMIT)",
+            m.sqlite_group_writers.clone(),
         );
         Self { registry: r, ..m }
     }
@@ -248,6 +256,11 @@ impl Metrics {
     /// Counts a write transaction begun.
     pub fn db_write(&self) {
         self.db_writes.inc();
+    }
+
+    /// Records how many writes a SQLite group `COMMIT` made durable.
+    pub fn sqlite_group_committed(&self, writers: usize) {
+        self.sqlite_group_writers.observe(writers as f64);
     }
 
     /// Counts a write run again after a deadlock or serialization failure.

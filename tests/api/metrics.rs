@@ -194,6 +194,16 @@ async fn publishing_rejecting_and_long_polling_move_the_counters(app: TestApp) {
     assert!(writes >= 6.0, "each start, commit and policy is a write transaction: {writes}");
     assert!(reads >= 3.0, "each commit's answer and each uncached /ready is a read: {reads}");
     assert_eq!(moved("batchgate_db_write_retries_total", &[]), 0.0, "no deadlock here");
+    // SQLite's group commit: every write transaction above ended in a COMMIT
+    // that carried it (alone or with others); PostgreSQL has no such group.
+    let grouped = moved("batchgate_sqlite_group_commit_writers_sum", &[]);
+    let commits = moved("batchgate_sqlite_group_commit_writers_count", &[]);
+    if app.backend == crate::helpers::Backend::Sqlite {
+        assert_eq!(grouped, writes, "each write was made durable by one group COMMIT");
+        assert!(commits >= 1.0 && commits <= writes, "{commits} COMMITs for {writes} writes");
+    } else {
+        assert_eq!((grouped, commits), (0.0, 0.0));
+    }
 
     for (family, kind) in [
         ("batchgate_http_requests_total", "counter"),
@@ -208,6 +218,7 @@ async fn publishing_rejecting_and_long_polling_move_the_counters(app: TestApp) {
         ("batchgate_db_pool_connections", "gauge"),
         ("batchgate_db_operations_total", "counter"),
         ("batchgate_db_write_retries_total", "counter"),
+        ("batchgate_sqlite_group_commit_writers", "histogram"),
         ("batchgate_batches_total", "counter"),
         ("batchgate_check_failures_total", "counter"),
         ("batchgate_ready_answers_total", "counter"),
