@@ -570,7 +570,7 @@ mod tests {
     }
 
     fn retries(m: &Metrics) -> String {
-        m.render().lines().find(|l| l.starts_with("batchgate_db_write_retries_total ")).expect("the counter").to_owned()
+        m.sample("batchgate_db_write_retries_total").expect("the counter")
     }
 
     #[tokio::test]
@@ -587,7 +587,7 @@ mod tests {
         .await;
         assert_eq!(answer.expect("the third run succeeds"), "written");
         assert_eq!(runs.load(Ordering::SeqCst), 3);
-        assert_eq!(retries(&metrics), "batchgate_db_write_retries_total 2");
+        assert_eq!(retries(&metrics), "2");
     }
 
     #[tokio::test]
@@ -600,10 +600,7 @@ mod tests {
         })
         .await;
         assert_eq!(answer.expect_err("a unique violation is not run again").code(), "storage_error");
-        assert_eq!(
-            (runs.load(Ordering::SeqCst), retries(&metrics)),
-            (1, "batchgate_db_write_retries_total 0".to_owned())
-        );
+        assert_eq!((runs.load(Ordering::SeqCst), retries(&metrics)), (1, "0".to_owned()));
 
         let runs = AtomicU32::new(0);
         let answer: Result<()> = retrying(&metrics, || async {
@@ -613,6 +610,6 @@ mod tests {
         .await;
         assert!(answer.expect_err("refused every time").is_retryable());
         assert_eq!(runs.load(Ordering::SeqCst), WRITE_ATTEMPTS);
-        assert_eq!(retries(&metrics), format!("batchgate_db_write_retries_total {}", WRITE_ATTEMPTS - 1));
+        assert_eq!(retries(&metrics), (WRITE_ATTEMPTS - 1).to_string());
     }
 }

@@ -438,13 +438,9 @@ mod tests {
     }
 
     /// `sqlite_group_commit_writers` as `/metrics` shows it: (COMMITs, writes).
-    fn group_sizes(lane: &Lane) -> (u64, u64) {
-        let text = lane.metrics.render();
-        let value = |name: &str| {
-            let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {text}"));
-            line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).expect("a number") as u64
-        };
-        (value("batchgate_sqlite_group_commit_writers_count "), value("batchgate_sqlite_group_commit_writers_sum "))
+    fn group_sizes(lane: &Lane) -> (String, String) {
+        let sample = |name| lane.metrics.sample(name).unwrap_or_else(|| panic!("no {name}"));
+        (sample("batchgate_sqlite_group_commit_writers_count"), sample("batchgate_sqlite_group_commit_writers_sum"))
     }
 
     /// A writer alone on the lane: begin, one statement, commit.
@@ -502,7 +498,7 @@ mod tests {
         assert_ne!(lane.hub.generation(), before, "published by the time the commit is answered");
         later.await.expect("task").expect("commit");
         assert_eq!(rows(&pool).await, [1, 3]);
-        assert_eq!(group_sizes(&lane), (1, 2), "one COMMIT, for the two writes that committed");
+        assert_eq!(group_sizes(&lane), ("1".into(), "2.0".into()), "one COMMIT, for the two writes that committed");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -521,7 +517,7 @@ mod tests {
         queued(&lane, 1).await;
         let a = a.commit(vec![change("a")]).await;
         let b = later.await.expect("task");
-        assert_eq!(group_sizes(&lane), (0, 0), "a COMMIT that failed made nothing durable");
+        assert_eq!(group_sizes(&lane), ("0".into(), "0.0".into()), "a COMMIT that failed made nothing durable");
         assert!(b.is_err(), "the member whose work breaks the COMMIT");
         assert!(a.is_err(), "and the member that shared it");
         assert_eq!(rows(&pool).await, Vec::<i64>::new());

@@ -258,6 +258,12 @@ impl Metrics {
         self.db_writes.inc();
     }
 
+    /// Tests: the value of the unlabelled sample `name` as `/metrics` shows it.
+    #[cfg(test)]
+    pub(crate) fn sample(&self, name: &str) -> Option<String> {
+        self.render().lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_owned))
+    }
+
     /// Records how many writes a SQLite group `COMMIT` made durable.
     pub fn sqlite_group_committed(&self, writers: usize) {
         self.sqlite_group_writers.observe(writers as f64);
