@@ -28,7 +28,8 @@ async fn page(app: &TestApp, path: &str) -> (StatusCode, String, String) {
     (status, ctype, resp.text().await.expect("body"))
 }
 
-async fn html(app: &TestApp, path: &str) -> String {
+/// A page that answers 200 with HTML.
+pub(crate) async fn html(app: &TestApp, path: &str) -> String {
     let (status, ctype, body) = page(app, path).await;
     assert_eq!(status, StatusCode::OK, "{path}: {body}");
     assert!(ctype.starts_with("text/html"), "{path}: {ctype}");

@@ -17,6 +17,7 @@ use batchgate::config::AirflowAuth;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::console::html;
 use crate::helpers::{clean, enc, Backend, Receiver, TestApp};
 use crate::per_backend;
 
@@ -217,13 +218,6 @@ async fn with_airflow(backend: Backend, airflow: &FakeAirflow) -> Option<TestApp
         s.airflow_auth = AirflowAuth::Password { username: "bg".into(), password: "pw".into() };
     })
     .await
-}
-
-/// A console page's HTML.
-async fn console_page(app: &TestApp, path: &str) -> String {
-    let resp = app.client.get(format!("{}{path}", app.base)).send().await.expect("request");
-    assert_eq!(resp.status(), StatusCode::OK, "{path}");
-    resp.text().await.expect("body")
 }
 
 async fn deliveries(app: &TestApp, query: &str) -> Vec<Value> {
@@ -556,18 +550,18 @@ async fn a_dataset_events_url_and_the_deliveries_listing(backend: Backend) {
     // The dataset's console page shows them: the event waiting with its
     // error, the receiver by its origin only.
     let origin = receiver.url.trim_end_matches("/hook");
-    let page = console_page(&app, "/ui/datasets/d.own").await;
+    let page = html(&app, "/ui/datasets/d.own").await;
     let shown = page.split("id=\"deliveries-h\"").nth(1).expect("a Deliveries section");
     assert!(shown.contains("badge s-pending") && shown.contains("next attempt"), "{shown}");
     assert!(shown.contains(pending[0]["last_error"].as_str().unwrap()), "the last error: {shown}");
     assert!(shown.contains(origin) && !shown.contains(&receiver.url), "origin only: {shown}");
-    let other = console_page(&app, "/ui/datasets/d.other").await;
+    let other = html(&app, "/ui/datasets/d.other").await;
     assert!(other.contains("No deliveries"), "{other}");
 
     app.clock.advance(chrono::Duration::seconds(1));
     assert_eq!(app.scan().await.delivered, 1);
     assert_eq!(deliveries(&app, "state=delivered").await.len(), 2);
-    let page = console_page(&app, "/ui/datasets/d.own").await;
+    let page = html(&app, "/ui/datasets/d.own").await;
     let shown = page.split("id=\"deliveries-h\"").nth(1).expect("a Deliveries section");
     assert!(shown.contains("badge s-delivered") && !shown.contains("badge s-pending"), "{shown}");
     assert!(deliveries(&app, "state=given_up").await.is_empty());
