@@ -54,11 +54,12 @@ pub(super) fn section(dataset: &str, items: &[DeliveryRecord]) -> Markup {
                                 td {
                                     @if let Some(at) = d.delivered_at {
                                         "delivered " (when(at))
-                                    } @else if let Some(at) = d.given_up_at {
-                                        "given up " (when(at))
-                                        @if let Some(e) = &d.last_error { br; span.error { (e) } }
                                     } @else {
-                                        "next attempt " (when(d.next_attempt_at))
+                                        @if let Some(at) = d.given_up_at {
+                                            "given up " (when(at))
+                                        } @else {
+                                            "next attempt " (when(d.next_attempt_at))
+                                        }
                                         @if let Some(e) = &d.last_error { br; span.error { (e) } }
                                     }
                                 }
