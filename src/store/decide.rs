@@ -333,7 +333,7 @@ impl SqlStore {
             announced = self
                 .announce(&mut c, Change { dataset: b.dataset.clone(), partitions: Some(declared.clone()) })
                 .await?;
-            super::feed::lock(&mut c).await?;
+            super::feed::lock(&mut c, &mut ripple).await?;
             // A batch of one partition that it does not read: nothing else in
             // this transaction reads the partition's invalidation or staleness
             // before its publish is judged (`staleness::Published::cleared`),

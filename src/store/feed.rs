@@ -15,11 +15,16 @@ use crate::error::Result;
 
 /// Takes the feed's lock, before the first write a change to the feed
 /// depends on (PostgreSQL; on SQLite the one writer holds it already). See
-/// `postgres::begin_write` for the rule; taking it again is a no-op.
-pub(super) async fn lock(c: &mut Conn<'_>) -> Result<()> {
+/// `postgres::begin_write` for the rule). Once per transaction: `ripple`,
+/// the transaction's, remembers it.
+pub(super) async fn lock(c: &mut Conn<'_>, ripple: &mut Ripple) -> Result<()> {
+    if ripple.feed_locked {
+        return Ok(());
+    }
     if let Conn::Postgres(c) = c {
         super::postgres::lock_feed(c).await?;
     }
+    ripple.feed_locked = true;
     Ok(())
 }
 
@@ -29,7 +34,7 @@ pub(super) async fn lock(c: &mut Conn<'_>) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn emit(
     c: &mut Conn<'_>,
-    ripple: &Ripple,
+    ripple: &mut Ripple,
     policy: &DatasetPolicy,
     kind: ChangeKind,
     dataset: &str,
@@ -42,7 +47,7 @@ pub(super) async fn emit(
     // Ids in commit order: whoever numbers a change holds the feed's lock
     // (already taken, before its first dependent write, on the paths that
     // change the feed).
-    lock(c).await?;
+    lock(c, ripple).await?;
     let (id,): (i64,) = c
         .one(
             "INSERT INTO changes (kind, dataset, partition_spec, version, batch_id, at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7) \
@@ -92,5 +97,50 @@ impl super::SqlStore {
                     .await?
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, PgConnection};
+
+    use super::*;
+
+    fn ripple() -> Ripple {
+        Ripple { changes: Vec::new(), receivers: Default::default(), feed_locked: false }
+    }
+
+    /// The PostgreSQL server the API tests use; `None` (and a notice) when
+    /// there is none, a failure under CI.
+    async fn postgres() -> Option<PgConnection> {
+        let url = std::env::var("BATCHGATE_TEST_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        match PgConnection::connect(&url).await {
+            Ok(c) => Some(c),
+            Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+                eprintln!("**** SKIPPED: PostgreSQL test, no server at {url}: {e}");
+                None
+            }
+            Err(e) => panic!("no PostgreSQL at {url}: {e}"),
+        }
+    }
+
+    /// A publish numbers its changes under the feed's lock, taken once: each
+    /// change it appends after that costs no statement to take it again
+    /// (a round trip while every other publish waits for the lock).
+    #[tokio::test]
+    async fn the_feed_lock_is_taken_once_per_transaction() {
+        let Some(mut conn) = postgres().await else { return };
+        let mut tx = conn.begin().await.unwrap();
+        let mut first = ripple();
+        lock(&mut Conn::Postgres(&mut tx), &mut first).await.expect("the lock");
+        assert!(first.feed_locked);
+        // Any statement in the transaction fails from here on.
+        assert!(sqlx::query("SELECT 1 / 0").execute(&mut *tx).await.is_err());
+        lock(&mut Conn::Postgres(&mut tx), &mut first).await.expect("held already: no statement sent");
+        let mut other = ripple();
+        let sent = lock(&mut Conn::Postgres(&mut tx), &mut other).await;
+        assert!(sent.is_err(), "a transaction that does not hold it yet sends the statement");
+        assert!(!other.feed_locked);
     }
 }

@@ -461,7 +461,7 @@ impl SqlStore {
 
     /// What a write's changes set off, starting empty.
     fn ripple(&self) -> staleness::Ripple {
-        staleness::Ripple { changes: Vec::new(), receivers: self.receivers.clone() }
+        staleness::Ripple { changes: Vec::new(), receivers: self.receivers.clone(), feed_locked: false }
     }
 }
 

@@ -117,7 +117,9 @@ pub(super) async fn begin_write(pool: &PgPool, scope: Scope<'_>) -> sqlx::Result
     Ok(tx)
 }
 
-/// Takes the feed's lock (rule 3 of [`begin_write`]); again is a no-op.
+/// Takes the feed's lock (rule 3 of [`begin_write`]). Again in the same
+/// transaction is a no-op that still costs a round trip: `feed::lock` takes
+/// it once.
 pub(super) async fn lock_feed(c: &mut PgConnection) -> sqlx::Result<()> {
     sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(FEED_LOCK).execute(c).await.map(drop)
 }

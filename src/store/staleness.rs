@@ -28,6 +28,9 @@ pub(super) struct Ripple {
     pub changes: Vec<Change>,
     /// The service-wide receivers: alert webhook, CloudEvents, Airflow.
     pub receivers: Receivers,
+    /// The transaction holds the feed's lock ([`super::feed::lock`]), so
+    /// numbering a change needs no round trip to take it again.
+    pub feed_locked: bool,
 }
 
 /// Where an upstream partition stands: what staleness is judged against.
