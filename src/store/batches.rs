@@ -463,6 +463,7 @@ impl SqlStore {
         // Running is not ready: no long-poll is answered by a start.
         let change = Change { dataset: dataset.to_owned(), partitions: Some(changed.into_iter().collect()) };
         self.finish_unready(tx, vec![change]).await?;
+        self.batch_datasets.remember(&batch_id, dataset);
         for decided in &abandoned {
             self.metrics.decided(decided);
         }

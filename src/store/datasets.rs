@@ -10,6 +10,39 @@ use crate::domain::names::DatasetName;
 use crate::domain::policy::DatasetPolicy;
 use crate::error::Result;
 
+/// Batches remembered by [`BatchDatasets`] before it starts again empty.
+const REMEMBERED_BATCHES: usize = 4096;
+
+/// Which dataset a batch writes, for the batches this instance started or
+/// looked up lately: a commit, fail or heartbeat then needs no statement to
+/// authorise it and lock its dataset. A batch's dataset never changes and
+/// batches are never deleted, so an entry cannot go stale; only batches that
+/// exist are remembered (a start only once it is committed: a start rolled
+/// back frees its id for the next start of the task and date, which may
+/// name another dataset). Bounded: full, it forgets everything and fills
+/// again with the running batches, which are what is asked about.
+#[derive(Default)]
+pub(super) struct BatchDatasets(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+impl BatchDatasets {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        // Nothing panics while holding it; a poisoned map is still whole.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get(&self, batch_id: &str) -> Option<String> {
+        self.lock().get(batch_id).cloned()
+    }
+
+    pub(super) fn remember(&self, batch_id: &str, dataset: &str) {
+        let mut known = self.lock();
+        if known.len() >= REMEMBERED_BATCHES {
+            known.clear();
+        }
+        known.insert(batch_id.to_owned(), dataset.to_owned());
+    }
+}
+
 /// A dataset row with every policy column given: what a policy says is
 /// written, never a column's SQL `DEFAULT` (see [`crate::domain::policy`]).
 /// Its values are [`dataset_args`].
@@ -80,12 +113,20 @@ impl SqlStore {
         Ok(r.conn().opt::<DatasetRow>(&sql, args![name]).await?.map(Into::into))
     }
 
-    /// The dataset a batch writes (it never changes), for authorising a
-    /// request about the batch: one statement, not the batch's record.
+    /// The dataset a batch writes, for authorising a request about the
+    /// batch and for locking its dataset: from memory when this instance
+    /// started the batch or looked it up before ([`BatchDatasets`]), else
+    /// one statement, not the batch's record.
     pub async fn dataset_of_batch(&self, batch_id: &str) -> Result<Option<String>> {
+        if let Some(dataset) = self.batch_datasets.get(batch_id) {
+            return Ok(Some(dataset));
+        }
         let mut r = self.read().await?;
         let row: Option<(String,)> =
             r.conn().opt("SELECT dataset FROM batches WHERE batch_id = $1", args![batch_id]).await?;
+        if let Some((dataset,)) = &row {
+            self.batch_datasets.remember(batch_id, dataset);
+        }
         Ok(row.map(|(d,)| d))
     }
 

@@ -221,6 +221,8 @@ pub struct SqlStore {
     metrics: Arc<Metrics>,
     /// Audit rows waiting to be written together (`tokens.rs`).
     audit: tokens::AuditQueue,
+    /// Which dataset each recently started or looked-up batch writes (`datasets.rs`).
+    batch_datasets: datasets::BatchDatasets,
 }
 
 /// Pool size and connection settings.
@@ -280,6 +282,7 @@ impl SqlStore {
                     acks: None,
                     metrics: opts.metrics.clone(),
                     audit: Default::default(),
+                    batch_datasets: Default::default(),
                 }
             }
             Some("postgres" | "postgresql") => {
@@ -295,6 +298,7 @@ impl SqlStore {
                     acks: Some(acks),
                     metrics: opts.metrics.clone(),
                     audit: Default::default(),
+                    batch_datasets: Default::default(),
                 }
             }
             _ => anyhow::bail!("database URL must start with sqlite: or postgres:, got {url:?}"),

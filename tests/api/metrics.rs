@@ -16,6 +16,7 @@ on_both_backends!(
     failures_and_abandonments_are_counted_by_state_and_tier,
     the_database_gauges_show_late_partitions_and_pending_webhooks,
     a_cached_ready_answer_is_the_full_answer_counted_with_a_request_id,
+    a_commit_of_a_batch_started_here_reads_the_database_once,
 );
 
 const DT: &str = "2026-08-24";
@@ -277,6 +278,29 @@ async fn a_cached_ready_answer_is_the_full_answer_counted_with_a_request_id(app:
         assert_eq!(moved("batchgate_http_request_duration_seconds_count", &[("route", "/ready")]), 2.0);
         break;
     }
+}
+
+/// A commit goes to the database for its transaction and for reading its
+/// answer back, and for nothing else when this instance started the batch:
+/// the batch's dataset, which the auth gate and (on PostgreSQL) the dataset
+/// lock need, is remembered from the start (issue 14). Before, it was read
+/// once on SQLite and twice on PostgreSQL, each a pooled connection.
+async fn a_commit_of_a_batch_started_here_reads_the_database_once(app: TestApp) {
+    const OPERATIONS: &str = "batchgate_db_operations_total";
+    let reads = |s: &Scrape| s.value(OPERATIONS, &[("kind", "read")]);
+    let writes = |s: &Scrape| s.value(OPERATIONS, &[("kind", "write")]);
+    let id = app.start_ok("t", "d.once", DT, &[PART]).await;
+    // A scrape reads the database gauges: what one costs is measured first.
+    let (a, b) = (scrape(&app).await, scrape(&app).await);
+    let per_scrape = reads(&b) - reads(&a);
+    assert!(per_scrape >= 1.0, "a scrape reads the gauges, and is counted");
+    assert_eq!(writes(&b), writes(&a), "nothing wrote between two scrapes");
+
+    let (status, body) = app.commit(&id, &clean(PART, 10)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let c = scrape(&app).await;
+    assert_eq!(reads(&c) - reads(&b) - per_scrape, 1.0, "the commit's reads: its answer read back, nothing else");
+    assert_eq!(writes(&c) - writes(&b), 2.0, "the commit's writes: its transaction and its audit row");
 }
 
 async fn failures_and_abandonments_are_counted_by_state_and_tier(app: TestApp) {
