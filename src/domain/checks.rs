@@ -862,12 +862,18 @@ pub struct Stored<'a> {
 
 impl Serialize for Stored<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.checks.iter().map(|c| stored(c, self.record)))
+        let checks: Vec<Value> = self
+            .checks
+            .iter()
+            .map(|c| stored(c, self.record))
+            .collect::<Result<_, _>>()
+            .map_err(serde::ser::Error::custom)?;
+        s.collect_seq(checks)
     }
 }
 
 /// One check as [`Stored`] writes it.
-fn stored(c: &CheckResult, record: &Recorded) -> Value {
+fn stored(c: &CheckResult, record: &Recorded) -> Result<Value, serde_json::Error> {
     // The same text too: JSON values equal as numbers (-0.0 and 0.0) may be written apart.
     let same = |a: &Value, b: &Value| a == b && serde_json::to_string(a).ok() == serde_json::to_string(b).ok();
     let position = match &c.partition {
@@ -889,15 +895,15 @@ fn stored(c: &CheckResult, record: &Recorded) -> Value {
         Some((position, said.unwrap_or(first)))
     });
     let Some((position, (given, found))) = found else {
-        return serde_json::to_value(Compact(std::slice::from_ref(c))).map_or(Value::Null, |mut v| v[0].take());
+        return serde_json::to_value(Compact(std::slice::from_ref(c))).map(|mut v| v[0].take());
     };
     let number = code(c) + 64 * position;
-    match (given == usual, found.outcome.message() == c.message) {
+    Ok(match (given == usual, found.outcome.message() == c.message) {
         (true, true) => json!(number),
         (true, false) => json!([number, [], c.message]),
         (false, true) => json!([number, given.to_json()]),
         (false, false) => json!([number, given.to_json(), c.message]),
-    }
+    })
 }
 
 /// A stored check as read from `batches.checks`, before the batch's record
