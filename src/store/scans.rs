@@ -18,6 +18,7 @@ use crate::domain::alerts::{self as alert_rules, AlertKind};
 use crate::domain::batch::{BatchState, EventKind};
 use crate::domain::names::PartitionSpec;
 use crate::domain::policy::DatasetPolicy;
+use crate::domain::push::Target;
 use crate::domain::readiness::Fitness;
 use crate::error::{Error, Result};
 use crate::telemetry::StoreGauges;
@@ -206,8 +207,15 @@ impl SqlStore {
         let partitions_late = self.overdue(now).await?.iter().map(|o| o.blocked.len() as i64).sum();
         let mut r = self.read().await?;
         let mut c = r.conn();
-        let (outbox_pending,): (i64,) =
-            c.one("SELECT COUNT(*) FROM outbox WHERE delivered_at IS NULL AND given_up_at IS NULL", args![]).await?;
+        let waiting: Vec<(String, i64)> = c
+            .all(
+                "SELECT target, COUNT(*) FROM outbox WHERE delivered_at IS NULL AND given_up_at IS NULL GROUP BY target",
+                args![],
+            )
+            .await?;
+        let outbox_pending_by_target: Vec<(&'static str, i64)> =
+            Target::ALL.iter().map(|t| (*t, waiting.iter().filter(|(w, _)| w == t).map(|(_, n)| n).sum())).collect();
+        let outbox_pending = waiting.iter().map(|(_, n)| n).sum();
         let oldest: Option<(DateTime<Utc>,)> = c
             .opt(
                 "SELECT created_at FROM outbox WHERE delivered_at IS NULL AND given_up_at IS NULL ORDER BY id LIMIT 1",
@@ -224,6 +232,7 @@ impl SqlStore {
         Ok(StoreGauges {
             partitions_late,
             outbox_pending,
+            outbox_pending_by_target,
             oldest_pending_seconds,
             pool_idle,
             pool_in_use: (i64::from(size) - pool_idle).max(0),

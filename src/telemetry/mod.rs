@@ -66,6 +66,11 @@ struct PoolState {
     state: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutboxTarget {
+    target: &'static str,
+}
+
 fn latency_histogram() -> Histogram {
     // 1 ms … about 16 s.
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
@@ -82,8 +87,12 @@ struct RouteCounters {
 pub struct StoreGauges {
     /// Partitions past their data date's deadline and not ready.
     pub partitions_late: i64,
+    /// Outbox deliveries neither delivered nor given up, of every target.
     pub outbox_pending: i64,
-    /// Age of the oldest undelivered webhook; 0 when none waits.
+    /// The same by target (`webhook`, `airflow`, `events`), each target
+    /// named (0 when none waits).
+    pub outbox_pending_by_target: Vec<(&'static str, i64)>,
+    /// Age of the oldest outbox delivery waiting; 0 when none waits.
     pub oldest_pending_seconds: f64,
     pub pool_idle: i64,
     pub pool_in_use: i64,
@@ -104,6 +113,7 @@ pub struct Metrics {
     commit_duration: Histogram,
     partitions_late: Gauge,
     outbox_pending: Gauge,
+    outbox_pending_by_target: Family<OutboxTarget, Gauge>,
     outbox_oldest: Gauge<f64, AtomicU64>,
     cache_hits: Counter,
     cache_misses: Counter,
@@ -144,6 +154,7 @@ impl Metrics {
             commit_duration: latency_histogram(),
             partitions_late: Gauge::default(),
             outbox_pending: Gauge::default(),
+            outbox_pending_by_target: Family::default(),
             outbox_oldest: Gauge::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
@@ -168,10 +179,20 @@ impl Metrics {
         r.register("check_failures", "Failed commit checks, by check and dataset tier", m.check_failures.clone());
         r.register("commit_duration_seconds", "Time to decide a commit", m.commit_duration.clone());
         r.register("partitions_late", "Partitions past their deadline and not ready", m.partitions_late.clone());
-        r.register("webhook_outbox_pending", "Webhook deliveries not yet delivered", m.outbox_pending.clone());
+        // Named when only alert webhooks were pushed; counts every target.
+        r.register(
+            "webhook_outbox_pending",
+            "Outbox deliveries (alert webhooks, Airflow asset events, CloudEvents) not yet delivered or given up",
+            m.outbox_pending.clone(),
+        );
+        r.register(
+            "outbox_pending",
+            "Outbox deliveries not yet delivered or given up, by target (webhook, airflow, events)",
+            m.outbox_pending_by_target.clone(),
+        );
         r.register(
             "webhook_oldest_pending_seconds",
-            "Age of the oldest undelivered webhook (0: none)",
+            "Age of the oldest outbox delivery not yet delivered or given up, any target (0: none)",
             m.outbox_oldest.clone(),
         );
         r.register("ready_cache_hits", "Readiness lookups answered from the cache", m.cache_hits.clone());
@@ -310,6 +331,9 @@ impl Metrics {
     pub fn set_store_gauges(&self, g: &StoreGauges) {
         self.partitions_late.set(g.partitions_late);
         self.outbox_pending.set(g.outbox_pending);
+        for (target, pending) in &g.outbox_pending_by_target {
+            self.outbox_pending_by_target.get_or_create(&OutboxTarget { target }).set(*pending);
+        }
         self.outbox_oldest.set(g.oldest_pending_seconds);
         self.pool.get_or_create(&PoolState { state: "idle" }).set(g.pool_idle);
         self.pool.get_or_create(&PoolState { state: "in_use" }).set(g.pool_in_use);

@@ -213,6 +213,7 @@ async fn publishing_rejecting_and_long_polling_move_the_counters(app: TestApp) {
         ("batchgate_longpoll_waiters", "gauge"),
         ("batchgate_partitions_late", "gauge"),
         ("batchgate_webhook_outbox_pending", "gauge"),
+        ("batchgate_outbox_pending", "gauge"),
         ("batchgate_webhook_oldest_pending_seconds", "gauge"),
         ("batchgate_ready_cache_hits_total", "counter"),
         ("batchgate_ready_cache_misses_total", "counter"),
@@ -330,7 +331,9 @@ async fn the_database_gauges_show_late_partitions_and_pending_webhooks(app: Test
     let app = TestApp::spawn_with_webhook(app.backend, &receiver.url).await.expect("the backend is up");
     let at = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&chrono::Utc);
     app.clock.set(at("2026-08-24T12:00:00Z"));
-    app.put_dataset("d.late", &json!({"deadline": {"time": "06:00", "days_after_dt": 1}})).await;
+    // Its changes also go to the receiver as CloudEvents (which it refuses).
+    let events = json!({"deadline": {"time": "06:00", "days_after_dt": 1}, "events_url": receiver.url});
+    app.put_dataset("d.late", &events).await;
     let late = app.start_ok("t", "d.late", DT, &["dt=2026-08-24/r=a", "dt=2026-08-24/r=b"]).await;
     let first = scrape(&app).await;
     assert_eq!(first.value("batchgate_partitions_late", &[]), 0.0, "not yet due");
@@ -354,6 +357,13 @@ async fn the_database_gauges_show_late_partitions_and_pending_webhooks(app: Test
     assert_eq!(app.commit(&late, &ev).await.0, StatusCode::OK);
     let fixed = scrape(&app).await;
     assert_eq!(fixed.value("batchgate_partitions_late", &[]), 0.0);
+
+    // Each target's deliveries apart: the alert's webhook, and a CloudEvent
+    // for each published partition; the unlabelled gauge counts them all.
+    let pending = |target| fixed.value("batchgate_outbox_pending", &[("target", target)]);
+    assert_eq!((pending("webhook"), pending("events"), pending("airflow")), (1.0, 2.0, 0.0));
+    assert_eq!(fixed.value("batchgate_webhook_outbox_pending", &[]), 3.0);
+    assert_eq!(due.value("batchgate_outbox_pending", &[("target", "events")]), 0.0, "nothing published before");
 }
 
 /// The shipped Grafana dashboard queries only metrics the service exports.
