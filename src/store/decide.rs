@@ -10,7 +10,8 @@ use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::batches::{
-    event, load_policy, load_record, not_found, push_event, refresh_partition, refresh_partitions, settle_logs,
+    event, load_batch, load_policy, load_record, not_found, push_event, refresh_partition, refresh_partitions,
+    settle_logs, BATCH_COLUMNS,
 };
 use super::db::{args, placeholders, qualified, Arg, Conn, Writes};
 use super::events;
@@ -52,6 +53,9 @@ struct Declared {
     /// The dataset's row (the same in every row): its policy.
     #[sqlx(flatten)]
     dataset: DatasetRow,
+    /// The batch's row (the same in every row).
+    #[sqlx(flatten)]
+    batch: BatchRow,
 }
 
 /// How many times in all a decision just stored is read back for its answer.
@@ -226,26 +230,33 @@ impl SqlStore {
 
     async fn do_commit(&self, batch_id: &str, evidence: CommitEvidence, fingerprint: String) -> Result<Decision> {
         let now = self.now();
-        let (mut tx, b) = self.lock_batch(batch_id).await?;
-        if b.state() != BatchState::Running {
-            return Self::decided_answer(&mut tx.conn(), &b, "commit", &fingerprint).await;
-        }
+        let mut tx = self.begin_write_for_batch(batch_id).await?;
         let mut c = tx.conn();
-        // The declared partitions with their standing, and the policy, in
-        // one statement.
+        // The batch, its declared partitions with their standing, and the
+        // policy, in one statement under the write lock.
         let sql = format!(
             "SELECT l.target_partition, p.published_row_count, p.version, p.baseline_key, p.stale_upstream, \
-               NOT EXISTS (SELECT 1 FROM task_produce_log n WHERE n.target_table = $2 \
+               NOT EXISTS (SELECT 1 FROM task_produce_log n WHERE n.target_table = b.dataset \
                  AND n.target_partition = l.target_partition AND n.batch_seq > l.batch_seq) AS latest, \
-               EXISTS (SELECT 1 FROM batch_inputs i WHERE i.batch_id = $1 AND i.input_dataset = $2 \
+               EXISTS (SELECT 1 FROM batch_inputs i WHERE i.batch_id = $1 AND i.input_dataset = b.dataset \
                  AND i.input_partition = l.target_partition) AS reads_it, \
-               EXISTS (SELECT 1 FROM batch_inputs a WHERE a.batch_id = $1) AS reads_any, {} \
-             FROM task_produce_log l JOIN datasets d ON d.name = $2 \
-             LEFT JOIN partitions p ON p.dataset = $2 AND p.partition_spec = l.target_partition \
+               EXISTS (SELECT 1 FROM batch_inputs a WHERE a.batch_id = $1) AS reads_any, {}, {} \
+             FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id JOIN datasets d ON d.name = b.dataset \
+             LEFT JOIN partitions p ON p.dataset = b.dataset AND p.partition_spec = l.target_partition \
              WHERE l.batch_id = $1 ORDER BY l.target_partition",
-            qualified("d", DATASET_COLUMNS)
+            qualified("d", DATASET_COLUMNS),
+            qualified("b", BATCH_COLUMNS)
         );
-        let standing: Vec<Declared> = c.all(&sql, args![batch_id, &b.dataset]).await?;
+        let standing: Vec<Declared> = c.all(&sql, args![batch_id]).await?;
+        let b = match standing.first() {
+            Some(d) => d.batch.clone(),
+            // Every batch declares a partition; one without log rows is
+            // read alone.
+            None => load_batch(&mut c, batch_id).await?.ok_or_else(|| not_found(batch_id))?,
+        };
+        if b.state() != BatchState::Running {
+            return Self::decided_answer(&mut c, &b, "commit", &fingerprint).await;
+        }
         let policy = match standing.first() {
             Some(d) => d.dataset.policy(),
             None => load_policy(&mut c, &b.dataset).await?.policy(),

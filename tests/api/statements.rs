@@ -36,14 +36,14 @@ fn pinned(inputs: u64) -> (u64, u64) {
     // row, the partition's row, per input its row in batch_inputs, the
     // started event.
     let start = 5 + inputs;
-    // Commit: the batch; the declared partitions' standing with the policy;
-    // the volume baseline; together, the batch's row, the committed event
+    // Commit: the batch with its declared partitions' standing and the
+    // policy (one statement); the volume baseline; together, the batch's row, the committed event
     // and the partition's log row; the partition (version, state,
     // invalidation cleared); the published change; when it read any, the
     // inputs and where they stand now (one statement, however many); the
     // readers of the partition; the open alerts to resolve; then the record
     // with its events, read back (one statement).
-    let commit = 9 + u64::from(inputs > 0);
+    let commit = 8 + u64::from(inputs > 0);
     (start, commit)
 }
 
