@@ -102,27 +102,10 @@ impl super::SqlStore {
 
 #[cfg(test)]
 mod tests {
-    use sqlx::{Connection, PgConnection};
-
     use super::*;
 
     fn ripple() -> Ripple {
         Ripple { changes: Vec::new(), receivers: Default::default(), feed_locked: false }
-    }
-
-    /// The PostgreSQL server the API tests use; `None` (and a notice) when
-    /// there is none, a failure under CI.
-    async fn postgres() -> Option<PgConnection> {
-        let url = std::env::var("BATCHGATE_TEST_PG_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        match PgConnection::connect(&url).await {
-            Ok(c) => Some(c),
-            Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
-                eprintln!("**** SKIPPED: PostgreSQL test, no server at {url}: {e}");
-                None
-            }
-            Err(e) => panic!("no PostgreSQL at {url}: {e}"),
-        }
     }
 
     /// A publish numbers its changes under the feed's lock, taken once: each
@@ -130,8 +113,8 @@ mod tests {
     /// (a round trip while every other publish waits for the lock).
     #[tokio::test]
     async fn the_feed_lock_is_taken_once_per_transaction() {
-        let Some(mut conn) = postgres().await else { return };
-        let mut tx = conn.begin().await.unwrap();
+        let Some(pool) = super::super::postgres::test_pool().await else { return };
+        let mut tx = pool.begin().await.unwrap();
         let mut first = ripple();
         lock(&mut Conn::Postgres(&mut tx), &mut first).await.expect("the lock");
         assert!(first.feed_locked);

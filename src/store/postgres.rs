@@ -459,3 +459,59 @@ mod notice_tests {
         assert_eq!(read.wake(), Wake::Nobody);
     }
 }
+
+/// The PostgreSQL server the tests use (`BATCHGATE_TEST_PG_URL`, as the API
+/// tests), as a small pool; `None` with a notice when there is none, a
+/// failure under CI.
+#[cfg(test)]
+pub(super) async fn test_pool() -> Option<PgPool> {
+    let url =
+        std::env::var("BATCHGATE_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    match PgPoolOptions::new().max_connections(2).connect(&url).await {
+        Ok(pool) => Some(pool),
+        Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+            eprintln!("**** SKIPPED: PostgreSQL test, no server at {url}: {e}");
+            None
+        }
+        Err(e) => panic!("no PostgreSQL at {url}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+
+    /// The advisory locks the connection's transaction holds: (mode, key).
+    async fn held(tx: &mut Transaction<'static, Postgres>) -> Vec<(String, i64)> {
+        let mut held: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT mode, (classid::bigint << 32) | objid::bigint FROM pg_locks \
+             WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
+        )
+        .fetch_all(&mut **tx)
+        .await
+        .unwrap();
+        held.sort();
+        held
+    }
+
+    /// A batch write begins holding the write lock shared and each of its
+    /// keys' locks exclusively (rule 2 of [`begin_write`]); a registry-wide
+    /// write holds the write lock exclusively, and nothing else.
+    #[tokio::test]
+    async fn a_keyed_write_begins_holding_the_shared_write_lock_and_its_keys() {
+        let Some(pool) = test_pool().await else { return };
+        let keys = ["dataset:sales.orders".to_owned(), "idempotency:run-1".to_owned()];
+        let mut tx = begin_write(&pool, Scope::Keys(&keys)).await.expect("begin");
+        let mut want = vec![
+            ("ShareLock".to_owned(), WRITE_LOCK),
+            ("ExclusiveLock".to_owned(), key_lock(&keys[0])),
+            ("ExclusiveLock".to_owned(), key_lock(&keys[1])),
+        ];
+        want.sort();
+        assert_eq!(held(&mut tx).await, want);
+        tx.rollback().await.unwrap();
+
+        let mut tx = begin_write(&pool, Scope::Registry).await.expect("begin");
+        assert_eq!(held(&mut tx).await, [("ExclusiveLock".to_owned(), WRITE_LOCK)]);
+    }
+}
