@@ -15,8 +15,8 @@ use crate::error::Result;
 
 /// Takes the feed's lock, before the first write a change to the feed
 /// depends on (PostgreSQL; on SQLite the one writer holds it already). See
-/// `postgres::begin_write` for the rule). Once per transaction: `ripple`,
-/// the transaction's, remembers it.
+/// `postgres::begin_write` for the rule. Once per transaction: `ripple`,
+/// the transaction's, remembers that it is held.
 pub(super) async fn lock(c: &mut Conn<'_>, ripple: &mut Ripple) -> Result<()> {
     if ripple.feed_locked {
         return Ok(());
