@@ -139,9 +139,15 @@ impl Lane {
     /// transaction and opens this writer's savepoint. The statements run in
     /// a task: a request cancelled meanwhile leaves the lane settled.
     pub(super) async fn begin(&self) -> sqlx::Result<WriteTx> {
-        let Ok(guard) = tokio::time::timeout(self.timeout, self.acquire()).await else {
+        let Ok(mut guard) = tokio::time::timeout(self.timeout, self.acquire()).await else {
             return Err(sqlx::Error::PoolTimedOut);
         };
+        // The group's savepoint is open and empty: there is nothing to run,
+        // so the writer takes it at once, with no task. (No await from here:
+        // a request cancelled later drops its WriteTx, which settles.)
+        if guard.group.is_some() && std::mem::take(&mut guard.spare) {
+            return Ok(WriteTx { lane: self.clone(), guard: Some(guard) });
+        }
         let (reply, begun) = oneshot::channel();
         let lane = self.clone();
         spawn_or_drop(guard, move |mut guard| async move {
@@ -170,10 +176,8 @@ impl Lane {
             guard.group = Some(Group { started: Instant::now(), members: Vec::new() });
             return Ok(());
         }
-        if std::mem::take(&mut guard.spare) {
-            return Ok(());
-        }
-        // On failure the group goes on without this writer.
+        // (A spare savepoint was taken in `begin`.) On failure the group
+        // goes on without this writer.
         run(&mut guard.conn, "SAVEPOINT w").await
     }
 
