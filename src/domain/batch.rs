@@ -51,6 +51,15 @@ string_enum! {
     }
 }
 
+impl EventKind {
+    /// Whether an event of this kind is of a batch's run, written while it
+    /// is `running`: every such event of a batch comes before its decision
+    /// (`committed`, `failed`, `abandoned`), and every other after it.
+    pub fn of_the_run(self) -> bool {
+        matches!(self, EventKind::Started | EventKind::Heartbeat | EventKind::Written)
+    }
+}
+
 impl FailStage {
     /// A failure at `read` or `compute` happened before any write, so the
     /// table still holds exactly what the earlier version published.
@@ -80,6 +89,13 @@ pub fn touches_table(state: BatchState, stage: Option<FailStage>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runs_events_are_those_before_its_decision() {
+        let run: Vec<EventKind> =
+            EventKind::ALL.iter().map(|k| k.parse::<EventKind>().unwrap()).filter(|k| k.of_the_run()).collect();
+        assert_eq!(run, [EventKind::Started, EventKind::Heartbeat, EventKind::Written]);
+    }
 
     #[test]
     fn only_early_failures_leave_the_table_untouched() {

@@ -14,8 +14,8 @@ use super::db::{args, Conn, Tx, Writes};
 use super::events;
 use super::lineage::{self, UnreadyInput};
 use super::records::{
-    record_sql, record_with_events_sql, BatchRecord, BatchRow, DatasetRow, RecordRow, RecordWithEvents, Residue,
-    DATASET_COLUMNS,
+    record_sql, record_with_events_sql, row_events, BatchRecord, BatchRow, DatasetRow, RecordRow, RecordWithEvents,
+    Residue, DATASET_COLUMNS,
 };
 use super::{Lease, SqlStore, StartBatch, Started};
 use crate::changes::Change;
@@ -31,7 +31,7 @@ use crate::telemetry::{Decided, Outcome};
 
 pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
-     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, written_at, allow_unready_inputs, repair_id";
+     fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, written_at, allow_unready_inputs, repair_id, start_retry, published_in_row";
 
 pub(super) async fn load_batch(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<BatchRow>> {
     let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE batch_id = $1");
@@ -44,7 +44,8 @@ pub(super) async fn load_record(c: &mut Conn<'_>, batch_id: &str) -> Result<Opti
         return Ok(None);
     };
     let marker = record.batch.marker.clone();
-    let events = events.into_iter().map(|e| e.into_event(marker.as_deref())).collect::<Result<Vec<_>>>()?;
+    let stored = events.into_iter().map(|e| e.into_event(marker.as_deref())).collect::<Result<Vec<_>>>()?;
+    let events = row_events(&record.batch, stored)?;
     Ok(Some(BatchRecord::assemble(record, Some(events))?))
 }
 
@@ -276,13 +277,26 @@ impl SqlStore {
                         format!("Idempotency-Key {key:?} was used for batch {} with a different request", b.batch_id),
                     ));
                 }
-                let started: Option<(Option<Json<events::Started>>,)> = c
-                    .opt("SELECT detail FROM batch_events WHERE batch_id = $1 AND kind = 'started'", args![&b.batch_id])
-                    .await?;
-                let (residue, retry) =
-                    started.and_then(|(d,)| d).and_then(|Json(s)| Some((s.residue, s.retry?))).ok_or_else(|| {
-                        anyhow::anyhow!("batch {} has no started event with its retry advice", b.batch_id)
-                    })?;
+                let started = match b.start_retry {
+                    Some(number) => events::Started::in_row(
+                        number,
+                        b.trigger_kind,
+                        b.run_ref.clone(),
+                        b.started_at,
+                        b.lease_seconds,
+                    ),
+                    None => c
+                        .opt::<(Option<Json<events::Started>>,)>(
+                            "SELECT detail FROM batch_events WHERE batch_id = $1 AND kind = 'started'",
+                            args![&b.batch_id],
+                        )
+                        .await?
+                        .and_then(|(d,)| d)
+                        .map(|Json(s)| s),
+                };
+                let (residue, retry) = started.and_then(|s| Some((s.residue, s.retry?))).ok_or_else(|| {
+                    anyhow::anyhow!("batch {} has no started event with its retry advice", b.batch_id)
+                })?;
                 let inputs = lineage::inputs_of(&mut c, &b.batch_id).await?;
                 return Ok(Started {
                     inputs,
@@ -415,14 +429,25 @@ impl SqlStore {
         .map_err(|r| Error::conflict(r.code, r.message, r.details))?;
 
         let lease_expires_at = now + Duration::seconds(req.lease_seconds);
+        let started = events::Started {
+            trigger: req.trigger,
+            run_ref: req.run_ref.clone(),
+            lease_expires_at,
+            residue: residue.clone(),
+            retry: Some(retry.clone()),
+            cleaned_batch_ids: Some(req.cleaned_batch_ids.clone()),
+        };
+        // An ordinary start's event is its row's (migration 0013).
+        let start_retry = started.row_number(now, req.lease_seconds);
         let (id,): (i64,) = c
             .one(
                 "INSERT INTO batches (batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
-                   request_fingerprint, lease_seconds, lease_expires_at, started_at, allow_unready_inputs, repair_id) \
-                 VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING id",
+                   request_fingerprint, lease_seconds, lease_expires_at, started_at, allow_unready_inputs, repair_id, start_retry) \
+                 VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id",
                 args![
                     &batch_id, req.task.as_str(), dataset, req.dt, seq, req.trigger.as_str(), req.run_ref.clone(), req.scope.clone(),
-                    req.idempotency_key.clone(), super::records::fingerprint(&req.fingerprint), req.lease_seconds, lease_expires_at, now, req.allow_unready_inputs, req.repair_id
+                    req.idempotency_key.clone(), super::records::fingerprint(&req.fingerprint), req.lease_seconds, lease_expires_at, now,
+                    req.allow_unready_inputs, req.repair_id, start_retry.map(i64::from)
                 ],
             )
             .await?;
@@ -443,21 +468,9 @@ impl SqlStore {
             );
         }
         lineage::record_inputs(&mut w, &batch_id, &inputs);
-        push_event(
-            &mut w,
-            &batch_id,
-            EventKind::Started,
-            now,
-            events::Started {
-                trigger: req.trigger,
-                run_ref: req.run_ref.clone(),
-                lease_expires_at,
-                residue: residue.clone(),
-                retry: Some(retry.clone()),
-                cleaned_batch_ids: Some(req.cleaned_batch_ids.clone()),
-            }
-            .stored(),
-        );
+        if start_retry.is_none() {
+            push_event(&mut w, &batch_id, EventKind::Started, now, started.stored());
+        }
         c.exec_writes(w).await?;
 
         // Running is not ready: no long-poll is answered by a start.

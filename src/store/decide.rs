@@ -10,8 +10,8 @@ use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::batches::{
-    event, load_batch, load_policy, load_record, not_found, push_event, refresh_partition, refresh_partitions,
-    settle_logs, BATCH_COLUMNS,
+    event, load_batch, load_policy, load_record, not_found, refresh_partition, refresh_partitions, settle_logs,
+    BATCH_COLUMNS,
 };
 use super::db::{args, placeholders, qualified, Arg, Conn, Writes};
 use super::events;
@@ -290,7 +290,7 @@ impl SqlStore {
         let mut w = Writes::default();
         w.push(
             "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5, \
-               state = $6, decided_at = $7 WHERE batch_id = $1",
+               state = $6, decided_at = $7, published_in_row = $8 WHERE batch_id = $1",
             args![
                 batch_id,
                 evidence.marker.clone(),
@@ -301,7 +301,9 @@ impl SqlStore {
                 }),
                 records::fingerprint(&fingerprint),
                 state.as_str(),
-                now
+                now,
+                // A publish's `committed` event is the row's (migration 0013).
+                verdict.passed
             ],
         );
 
@@ -322,11 +324,11 @@ impl SqlStore {
                 let version = d.version.unwrap_or_default() + 1;
                 publishing.push((p, d, version));
             }
-            // With the batch's row, its committed event and each partition's
-            // log row with its counts, version and status: the batch's own
-            // rows, which no other writer touches, written before the feed's
-            // lock, so that PostgreSQL's publishes hold it that much less.
-            push_event(&mut w, batch_id, EventKind::Committed, now, events::StoredCommitted::published());
+            // With the batch's row (which gives back its committed event) and
+            // each partition's log row with its counts, version and status:
+            // the batch's own rows, which no other writer touches, written
+            // before the feed's lock, so that PostgreSQL's publishes hold it
+            // that much less.
             for (p, _, version) in &publishing {
                 w.push(
                     "UPDATE task_produce_log SET rows_written = $3, row_count = $4, distinct_keys = $5, null_keys = $6, metrics = $7, \

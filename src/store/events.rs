@@ -96,6 +96,40 @@ enum StoredRetry {
 }
 
 impl Started {
+    /// The number a batch's row keeps instead of this detail (migration
+    /// 0013, `batches.start_retry`), when [`Started::in_row`] gives it back
+    /// whole from that number and the row: a start at `at` with a lease of
+    /// `lease_seconds` that found no residue and cleaned nothing, whose
+    /// retry advice [`retry::compact`] rebuilds. `None`: it is stored.
+    pub(super) fn row_number(&self, at: DateTime<Utc>, lease_seconds: i64) -> Option<i16> {
+        let cleaned = self.cleaned_batch_ids.as_ref()?;
+        if !self.residue.is_empty() || !cleaned.is_empty() {
+            return None;
+        }
+        let code = retry::compact(self.retry.as_ref()?, &[], &[])?;
+        let row = Self::in_row(code.into(), self.trigger, self.run_ref.clone(), at, lease_seconds)?;
+        (row == *self).then_some(code.into())
+    }
+
+    /// The detail a batch's row gives back from its [`Started::row_number`],
+    /// its trigger and run, the time it started and its lease's length.
+    pub(super) fn in_row(
+        number: i16,
+        trigger: Trigger,
+        run_ref: Option<String>,
+        at: DateTime<Utc>,
+        lease_seconds: i64,
+    ) -> Option<Self> {
+        Some(Self {
+            trigger,
+            run_ref,
+            lease_expires_at: at + chrono::Duration::try_seconds(lease_seconds)?,
+            residue: Vec::new(),
+            retry: Some(retry::rebuild(u8::try_from(number).ok()?, &[], &[])?),
+            cleaned_batch_ids: Some(Vec::new()),
+        })
+    }
+
     /// The detail in the form the registry stores.
     pub(super) fn stored(&self) -> StoredStarted {
         let residue: Vec<String> = self.residue.iter().map(|r| r.batch_id.clone()).collect();
@@ -218,16 +252,18 @@ pub enum Committed {
     Rejected { failed_checks: Vec<CheckName> },
 }
 
-/// A `committed` detail as stored. A publish leaves its marker out: the
-/// commit writes it to the batch's row (`batches.marker`) in the same
-/// transaction, and a decided batch's marker never changes, so the row's is
-/// the event's. Rows stored before issue 14 keep it (`null` included), and
-/// it is read as stored.
-#[derive(Serialize, Deserialize)]
+/// A `committed` detail as stored: a rejection; or a publish, as rows
+/// written before migration 0013 hold it (a publish since is its batch's
+/// row's, [`super::records::row_events`]). From issue 14 a publish's detail
+/// left its marker out: the commit writes it to the batch's row
+/// (`batches.marker`) in the same transaction, and a decided batch's marker
+/// never changes, so the row's is the event's. Rows stored before issue 14
+/// keep it (`null` included), and it is read as stored.
+#[derive(Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub(super) enum StoredCommitted {
     Published {
-        #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+        #[serde(default, deserialize_with = "present")]
         marker: Option<Option<String>>,
     },
     Rejected {
@@ -241,11 +277,6 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Strin
 }
 
 impl StoredCommitted {
-    /// A publish, stored without its marker (the batch's row holds it).
-    pub(super) fn published() -> Self {
-        Self::Published { marker: None }
-    }
-
     /// The detail, with the batch's `marker` for a publish stored without one.
     pub(super) fn read(self, marker: Option<&str>) -> Committed {
         match self {
@@ -376,6 +407,34 @@ mod tests {
     }
 
     #[test]
+    fn only_an_ordinary_start_is_kept_by_its_row_which_gives_it_back_exactly() {
+        use crate::domain::policy::WriteMode;
+        let at: DateTime<Utc> = "2026-01-01T00:00:00.123456789Z".parse().unwrap();
+        let overwrite = retry::advise(WriteMode::OverwritePartition, "ds", false, &[], &[]).unwrap();
+        let keyed = retry::advise(WriteMode::Merge, "ds", true, &[], &[]).unwrap();
+        let run = Started { trigger: Trigger::Backfill, run_ref: Some("run-7".into()), ..started(&[], &[], keyed) };
+        for ordinary in [started(&[], &[], overwrite.clone()), run] {
+            let number = ordinary.row_number(at, 3600).expect("an ordinary start");
+            let back = Started::in_row(number, ordinary.trigger, ordinary.run_ref.clone(), at, 3600);
+            assert_eq!(back.as_ref(), Some(&ordinary));
+        }
+        // What the row cannot give back is stored: residue, cleaned ids, a
+        // lease that is not the start's plus its length, no advice, an
+        // advice naming its dataset.
+        let append = retry::advise(WriteMode::Append, "ds", false, &["t-1".into()], &["t-1".into()]).unwrap();
+        assert_eq!(started(&["t-1"], &["t-1"], append).row_number(at, 3600), None);
+        let cleaned = retry::advise(WriteMode::OverwritePartition, "ds", false, &[], &["t-1".into()]).unwrap();
+        assert_eq!(started(&[], &["t-1"], cleaned).row_number(at, 3600), None);
+        assert_eq!(started(&[], &[], overwrite.clone()).row_number(at, 60), None);
+        assert_eq!(Started { retry: None, ..started(&[], &[], overwrite.clone()) }.row_number(at, 3600), None);
+        assert_eq!(Started { cleaned_batch_ids: None, ..started(&[], &[], overwrite) }.row_number(at, 3600), None);
+        let named = retry::advise(WriteMode::DeleteInsertByBatch, "ds", false, &["t-1".into()], &[]).unwrap();
+        assert_eq!(started(&[], &[], named).row_number(at, 3600), None);
+        // A number that stands for no advice gives nothing back.
+        assert_eq!(Started::in_row(99, Trigger::Scheduled, None, at, 3600), None);
+    }
+
+    #[test]
     fn an_advice_with_a_statement_is_stored_whole_and_an_unknown_number_is_an_error() {
         use crate::domain::policy::WriteMode;
         let residue = vec!["t-1".to_owned()];
@@ -390,8 +449,8 @@ mod tests {
     }
     #[test]
     fn a_publish_is_stored_without_its_marker_and_reads_it_from_the_batch() {
-        let stored = serde_json::to_value(StoredCommitted::published()).unwrap();
-        assert_eq!(stored, json!({"state": "published"}));
+        // As stored from issue 14 until migration 0013.
+        let stored = json!({"state": "published"});
         let read = |v: serde_json::Value, marker| serde_json::from_value::<StoredCommitted>(v).unwrap().read(marker);
         let published = |m: Option<&str>| Committed::Published { marker: m.map(str::to_owned) };
         assert_eq!(read(stored, Some("s3://m")), published(Some("s3://m")));

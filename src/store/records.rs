@@ -49,6 +49,10 @@ pub(super) struct BatchRow {
     pub written_at: Option<DateTime<Utc>>,
     pub allow_unready_inputs: bool,
     pub repair_id: Option<i64>,
+    /// Set when the `started` event is this row's ([`row_events`]).
+    pub start_retry: Option<i16>,
+    /// Whether the publish's `committed` event is this row's ([`row_events`]).
+    pub published_in_row: bool,
 }
 
 impl BatchRow {
@@ -217,6 +221,30 @@ impl StoredEvent {
         Event::decode(kind, at, detail, marker)
             .map_err(|e| decode("detail", format!("not the detail of a {kind} event: {e}")).into())
     }
+}
+
+/// A batch's events: `stored` (its rows of `batch_events`, in the order
+/// they were written) with those its row gives back (migration 0013). A
+/// `started` event, first; a publish's `committed` event after the run's
+/// events and before those that came after the decision
+/// ([`EventKind::of_the_run`]).
+pub(super) fn row_events(b: &BatchRow, mut stored: Vec<Event>) -> Result<Vec<Event>> {
+    let decode = |column: &str, e: &str| sqlx::Error::ColumnDecode {
+        index: column.into(),
+        source: format!("unknown stored value: {e}").into(),
+    };
+    if b.published_in_row {
+        let at = b.decided_at.ok_or_else(|| decode("decided_at", "a publish without a time"))?;
+        let run = stored.iter().take_while(|e| e.kind().of_the_run()).count();
+        let detail = events::Committed::Published { marker: b.marker.clone() };
+        stored.insert(run, Event::Committed { at, detail });
+    }
+    if let Some(number) = b.start_retry {
+        let detail = events::Started::in_row(number, b.trigger_kind, b.run_ref.clone(), b.started_at, b.lease_seconds)
+            .ok_or_else(|| decode("start_retry", &format!("{number} stands for no start")))?;
+        stored.insert(0, Event::Started { at: b.started_at, detail });
+    }
+    Ok(stored)
 }
 
 /// Serialises a document read from a JSON column the way the API showed it

@@ -29,7 +29,7 @@ async fn a_write_refused_to_break_a_deadlock_is_run_again() {
          CREATE FUNCTION inject_deadlock() RETURNS trigger AS $$ BEGIN \
            IF nextval('deadlocks') = 1 THEN RAISE EXCEPTION 'injected deadlock' USING ERRCODE = '40P01'; END IF; \
            RETURN NEW; END $$ LANGUAGE plpgsql; \
-         CREATE TRIGGER inject_deadlock BEFORE INSERT ON batch_events FOR EACH ROW WHEN (NEW.kind = 'committed') \
+         CREATE TRIGGER inject_deadlock BEFORE UPDATE ON task_produce_log FOR EACH ROW WHEN (NEW.status = 'published') \
            EXECUTE FUNCTION inject_deadlock();",
     )
     .await;
@@ -47,12 +47,12 @@ async fn a_write_refused_to_break_a_deadlock_is_run_again() {
 async fn inject_fault(app: &TestApp) {
     app.sql(match app.backend {
         Backend::Sqlite => {
-            "CREATE TRIGGER inject_fault BEFORE INSERT ON batch_events WHEN NEW.kind = 'committed' \
+            "CREATE TRIGGER inject_fault BEFORE UPDATE ON task_produce_log WHEN NEW.status = 'published' \
              BEGIN SELECT RAISE(ABORT, 'injected fault'); END;"
         }
         Backend::Postgres => {
             "CREATE FUNCTION inject_fault() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'injected fault'; END $$ LANGUAGE plpgsql; \
-             CREATE TRIGGER inject_fault BEFORE INSERT ON batch_events FOR EACH ROW WHEN (NEW.kind = 'committed') EXECUTE FUNCTION inject_fault();"
+             CREATE TRIGGER inject_fault BEFORE UPDATE ON task_produce_log FOR EACH ROW WHEN (NEW.status = 'published') EXECUTE FUNCTION inject_fault();"
         }
     })
     .await;
@@ -76,7 +76,7 @@ async fn a_fault_mid_commit_rolls_the_whole_commit_back(app: TestApp) {
 
     app.sql(match app.backend {
         Backend::Sqlite => "DROP TRIGGER inject_fault",
-        Backend::Postgres => "DROP TRIGGER inject_fault ON batch_events",
+        Backend::Postgres => "DROP TRIGGER inject_fault ON task_produce_log",
     })
     .await;
     let (status, record) = app.commit(&id, &clean("dt=2026-08-24", 10)).await;
@@ -142,13 +142,13 @@ async fn a_decision_stored_but_not_read_back_says_it_stands(app: TestApp) {
     let trigger = trigger[0][0].clone().expect("a trigger kind");
     app.sql(match app.backend {
         Backend::Sqlite => {
-            "CREATE TRIGGER unreadable AFTER INSERT ON batch_events WHEN NEW.kind = 'committed' \
+            "CREATE TRIGGER unreadable AFTER UPDATE ON task_produce_log WHEN NEW.status = 'published' \
              BEGIN UPDATE batches SET trigger_kind = 'exploded' WHERE batch_id = NEW.batch_id; END;"
         }
         Backend::Postgres => {
             "CREATE FUNCTION unreadable() RETURNS trigger AS $$ BEGIN \
                UPDATE batches SET trigger_kind = 'exploded' WHERE batch_id = NEW.batch_id; RETURN NEW; END $$ LANGUAGE plpgsql; \
-             CREATE TRIGGER unreadable AFTER INSERT ON batch_events FOR EACH ROW WHEN (NEW.kind = 'committed') \
+             CREATE TRIGGER unreadable AFTER UPDATE ON task_produce_log FOR EACH ROW WHEN (NEW.status = 'published') \
                EXECUTE FUNCTION unreadable();"
         }
     })

@@ -112,19 +112,19 @@ async fn a_failing_writer_takes_only_its_own_work(app: TestApp) {
     }
 }
 
-/// A constraint checked only at `COMMIT`: any transaction that records a
-/// `committed` event fails to commit.
+/// A constraint checked only at `COMMIT`: any transaction that publishes a
+/// partition's log row fails to commit.
 async fn fail_at_commit(app: &TestApp) {
     app.sql(match app.backend {
         Backend::Sqlite => {
             "CREATE TABLE inject_fault (batch INTEGER REFERENCES batches (id) DEFERRABLE INITIALLY DEFERRED); \
-             CREATE TRIGGER inject_fault AFTER INSERT ON batch_events WHEN NEW.kind = 'committed' \
+             CREATE TRIGGER inject_fault AFTER UPDATE ON task_produce_log WHEN NEW.status = 'published' \
              BEGIN INSERT INTO inject_fault VALUES (-1); END;"
         }
         Backend::Postgres => {
             "CREATE FUNCTION inject_fault() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'injected fault'; END $$ LANGUAGE plpgsql; \
-             CREATE CONSTRAINT TRIGGER inject_fault AFTER INSERT ON batch_events DEFERRABLE INITIALLY DEFERRED \
-             FOR EACH ROW WHEN (NEW.kind = 'committed') EXECUTE FUNCTION inject_fault();"
+             CREATE CONSTRAINT TRIGGER inject_fault AFTER UPDATE ON task_produce_log DEFERRABLE INITIALLY DEFERRED \
+             FOR EACH ROW WHEN (NEW.status = 'published') EXECUTE FUNCTION inject_fault();"
         }
     })
     .await;
@@ -162,7 +162,7 @@ async fn a_fault_at_commit_fails_every_writer_and_leaves_nothing(app: TestApp) {
 
     app.sql(match app.backend {
         Backend::Sqlite => "DROP TRIGGER inject_fault",
-        Backend::Postgres => "DROP TRIGGER inject_fault ON batch_events",
+        Backend::Postgres => "DROP TRIGGER inject_fault ON task_produce_log",
     })
     .await;
     let results = join_all(ids.iter().map(|id| app.commit(id, &evidence))).await;
@@ -172,19 +172,19 @@ async fn a_fault_at_commit_fails_every_writer_and_leaves_nothing(app: TestApp) {
     }
 }
 
-/// Makes every commit slow: a statement that takes a while runs for each
-/// `committed` event.
+/// Makes every publishing commit slow: a statement that takes a while runs
+/// for each log row it publishes.
 async fn slow_commits(app: &TestApp) {
     app.sql(match app.backend {
         Backend::Sqlite => {
             "CREATE TABLE slow_sink (n INTEGER); \
-             CREATE TRIGGER slow AFTER INSERT ON batch_events WHEN NEW.kind = 'committed' BEGIN \
+             CREATE TRIGGER slow AFTER UPDATE ON task_produce_log WHEN NEW.status = 'published' BEGIN \
              INSERT INTO slow_sink SELECT COUNT(*) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000000) SELECT x FROM c); \
              END;"
         }
         Backend::Postgres => {
             "CREATE FUNCTION slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$ LANGUAGE plpgsql; \
-             CREATE TRIGGER slow AFTER INSERT ON batch_events FOR EACH ROW WHEN (NEW.kind = 'committed') EXECUTE FUNCTION slow();"
+             CREATE TRIGGER slow AFTER UPDATE ON task_produce_log FOR EACH ROW WHEN (NEW.status = 'published') EXECUTE FUNCTION slow();"
         }
     })
     .await;
@@ -208,7 +208,7 @@ async fn a_cancelled_write_leaves_the_registry_writable(app: TestApp) {
     .await;
     app.sql(match app.backend {
         Backend::Sqlite => "DROP TRIGGER slow",
-        Backend::Postgres => "DROP TRIGGER slow ON batch_events",
+        Backend::Postgres => "DROP TRIGGER slow ON task_produce_log",
     })
     .await;
 

@@ -45,9 +45,68 @@ async fn a_repeated_start_answers_the_same_retry_advice_from_either_stored_form(
     assert_eq!(serde_json::from_str::<Value>(&again).unwrap()["retry"], first["retry"], "{again}");
     let (_, shown) = app.get(&format!("/v1/batches/{id}")).await;
     assert_eq!(shown["events"][0]["detail"]["retry"], first["retry"], "{shown}");
+    // The event is the row's; stored in one-letter keys, as from issue 14
+    // until migration 0013: the same bytes.
+    assert_eq!(store_row_events(&app, &id).await, 1);
+    assert_eq!(send().await, (StatusCode::OK, again.clone()), "the one-letter form answers the same bytes");
     let whole = shown["events"][0]["detail"].to_string().replace('\'', "''");
     app.sql(&format!("UPDATE batch_events SET detail = '{whole}' WHERE batch_id = '{id}' AND kind = 'started'")).await;
     assert_eq!(send().await, (StatusCode::OK, again), "the whole advice, as stored before, answers the same bytes");
+}
+
+/// Makes the events a batch's row gives back (migration 0013) rows of
+/// `batch_events`, in the forms written before it (a `started` event in
+/// one-letter keys, a publish without its marker), in their place among the
+/// batch's other events: the batch as it would be stored had an earlier
+/// version written it. Returns how many events it moved out of the row.
+async fn store_row_events(app: &TestApp, id: &str) -> usize {
+    let row = app
+        .sql_rows(&format!(
+            "SELECT CAST(start_retry AS TEXT), CASE WHEN published_in_row THEN '1' ELSE '0' END FROM batches \
+             WHERE batch_id = '{id}'"
+        ))
+        .await;
+    let (start_retry, published_in_row) = (row[0][0].clone(), row[0][1].as_deref() == Some("1"));
+    let (_, record) = app.get(&format!("/v1/batches/{id}")).await;
+    let stored =
+        app.sql_rows(&format!("SELECT CAST(id AS TEXT) FROM batch_events WHERE batch_id = '{id}' ORDER BY id")).await;
+    let mut stored = stored.into_iter().map(|r| r[0].clone().expect("id"));
+    let (mut moved, mut old) = (0, Vec::new());
+    for (i, event) in record["events"].as_array().expect("events").iter().enumerate() {
+        let (kind, at) = (event["kind"].as_str().expect("kind"), event["at"].as_str().expect("at"));
+        let detail = match (kind, &start_retry) {
+            ("started", Some(r)) if i == 0 => {
+                Some(json!({"l": event["detail"]["lease_expires_at"], "r": r.parse::<u8>().unwrap()}))
+            }
+            ("committed", _) if published_in_row && event["detail"]["state"] == "published" => {
+                Some(json!({"state": "published"}))
+            }
+            _ => None,
+        };
+        match detail {
+            Some(detail) => {
+                app.sql(&format!(
+                    "INSERT INTO batch_events (batch_id, kind, at, detail) VALUES ('{id}', '{kind}', '{at}', '{detail}')"
+                ))
+                .await;
+                moved += 1;
+            }
+            None => {
+                let was = stored.next().expect("a stored event for each event not of the row");
+                app.sql(&format!(
+                    "INSERT INTO batch_events (batch_id, kind, at, detail) SELECT batch_id, kind, at, detail FROM batch_events WHERE id = {was}"
+                ))
+                .await;
+                old.push(was);
+            }
+        }
+    }
+    assert_eq!(stored.next(), None, "every stored event is served");
+    if !old.is_empty() {
+        app.sql(&format!("DELETE FROM batch_events WHERE id IN ({})", old.join(", "))).await;
+    }
+    app.sql(&format!("UPDATE batches SET start_retry = NULL, published_in_row = FALSE WHERE batch_id = '{id}'")).await;
+    moved
 }
 
 /// Checks that `GET /v1/batches/{id}` shows every stored event, in order,
@@ -178,6 +237,39 @@ async fn every_event_detail_checks_and_source_are_served_as_stored(app: TestApp)
     app.clock.advance(chrono::Duration::seconds(61));
     app.scan().await;
 
+    // An ordinary batch's `started` event and its publish's `committed`
+    // event are its row's (migration 0013): b stores no event.
+    assert_eq!(app.sql_count(&format!("SELECT COUNT(*) FROM batch_events WHERE batch_id = '{b}'")).await, 0);
+    // Stored as earlier versions stored them, they serve the same bytes: a
+    // and b gave both, c, d and e their start, f neither (it found e's
+    // residue).
+    let kinds_of = |record: &Value| -> Vec<String> {
+        record["events"].as_array().expect("events").iter().map(|e| e["kind"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, record) = app.get(&format!("/v1/batches/{a}")).await;
+    let life = ["started", "heartbeat", "written", "committed", "fail_after_publish", "superseded"];
+    assert_eq!(kinds_of(&record), life, "the row's events in their place: {record}");
+    let (_, record) = app.get(&format!("/v1/batches/{b}")).await;
+    assert_eq!(kinds_of(&record), ["started", "committed"], "{record}");
+    let (started, committed) = (&record["events"][0], &record["events"][1]);
+    assert_eq!(
+        (&started["at"], &started["detail"]["lease_expires_at"]),
+        (&record["started_at"], &record["lease_expires_at"])
+    );
+    assert_eq!((&started["detail"]["trigger"], &started["detail"]["residue"]), (&json!("scheduled"), &json!([])));
+    assert_eq!(committed["at"], record["decided_at"]);
+    assert_eq!(committed["detail"], json!({"state": "published", "marker": record["marker"]}));
+    let mut moved = Vec::new();
+    for id in [&a, &b, &c, &d, &e, &f] {
+        let (_, before) = app.get_bytes(&format!("/v1/batches/{id}")).await;
+        moved.push(store_row_events(&app, id).await);
+        assert_eq!(
+            app.get_bytes(&format!("/v1/batches/{id}")).await.1,
+            before,
+            "{id}: the row's events as stored rows"
+        );
+    }
+    assert_eq!(moved, [2, 2, 1, 1, 1, 0]);
     let mut kinds = Vec::new();
     for id in [&a, &b, &c, &d, &e, &f] {
         kinds.extend(served_as_stored(&app, id).await);
@@ -270,7 +362,8 @@ async fn every_event_detail_checks_and_source_are_served_as_stored(app: TestApp)
 async fn events_written_by_earlier_versions_read_and_show_as_stored(app: TestApp) {
     let id = app.start_ok(TASK, DS, DT, &[P]).await;
     app.sql(&format!(
-        "DELETE FROM batch_events WHERE batch_id = '{id}';
+        "UPDATE batches SET start_retry = NULL WHERE batch_id = '{id}';
+         DELETE FROM batch_events WHERE batch_id = '{id}';
          INSERT INTO batch_events (batch_id, kind, at, detail) VALUES
            ('{id}', 'started', '2026-08-24T01:00:00+00:00',
             '{{\"trigger\": \"scheduled\", \"run_ref\": null, \"lease_expires_at\": \"2026-08-24T02:00:00Z\", \"residue\": []}}'),

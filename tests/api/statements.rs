@@ -32,13 +32,14 @@ on_both_backends!(
 fn pinned(inputs: u64) -> (u64, u64) {
     // Start: the policy; the partition's row and residue (who else is
     // writing it, what earlier attempts left); the attempt number; the
-    // batch; per input, its partition (resolved); then together: the log
-    // row, the partition's row, per input its row in batch_inputs, the
-    // started event.
+    // batch (whose row gives back its started event); per input, its
+    // partition (resolved); then together: the log row, the partition's
+    // row, per input its row in batch_inputs.
     let start = 5 + inputs;
     // Commit: the batch with its declared partitions' standing and the
-    // policy (one statement); the volume baseline; together, the batch's row, the committed event
-    // and the partition's log row; the partition (version, state,
+    // policy (one statement); the volume baseline; together, the batch's
+    // row (which gives back its committed event) and the partition's log
+    // row; the partition (version, state,
     // invalidation cleared); the published change; when it read any, the
     // inputs and where they stand now (one statement, however many); the
     // readers of the partition; the open alerts to resolve; then the record
