@@ -266,9 +266,8 @@ fn postgres_seed_table() -> String {
 /// every timestamp. Each batch published version 1 of its one partition;
 /// `batch_seq` is the batch's id, which both backends hand out from 1 in
 /// insertion order.
-const FILL: [&str; 5] = [
+const FILL: [&str; 4] = [
     "INSERT INTO datasets (name, created_at, updated_at) SELECT DISTINCT dataset, $1, $1 FROM seed",
-    "INSERT INTO task_seq (task, dt, last_seq) SELECT task, dt, 1 FROM seed",
     "INSERT INTO batches (batch_id, task, dataset, dt, seq, state, trigger_kind, request_fingerprint, \
        lease_seconds, lease_expires_at, started_at, decided_at, marker) \
      SELECT batch_id, task, dataset, dt, 1, 'published', 'scheduled', '{}', 3600, $1, $1, $1, 'bench' \

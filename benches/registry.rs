@@ -385,7 +385,7 @@ impl Db {
 }
 
 /// The tables the seed fills; their secondary indexes are built after it.
-const SEEDED: &str = "'batches', 'task_produce_log', 'partitions', 'batch_inputs', 'task_seq'";
+const SEEDED: &str = "'batches', 'task_produce_log', 'partitions', 'batch_inputs'";
 
 /// Migrates with the binary, then seeds `size` batches by bulk SQL.
 async fn migrate_and_seed(db: &Db, size: u64) -> Result<Duration> {

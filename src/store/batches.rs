@@ -33,6 +33,12 @@ pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, st
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
      fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, written_at, allow_unready_inputs, repair_id, start_retry, published_in_row";
 
+/// The number of a task's next batch of a date (`$1` task, `$2` date): its
+/// last plus one. Batches are never deleted, and a start that rolls back
+/// frees its number, so the numbers are gap-free. One index seek on
+/// `UNIQUE (task, dt, seq)` (the query-plan tests read its plan).
+pub const NEXT_SEQ_SQL: &str = "SELECT COALESCE(MAX(seq), 0) + 1 FROM batches WHERE task = $1 AND dt = $2";
+
 pub(super) async fn load_batch(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<BatchRow>> {
     let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE batch_id = $1");
     Ok(c.opt(&sql, args![batch_id]).await?)
@@ -261,7 +267,11 @@ impl SqlStore {
     async fn do_start(&self, req: StartBatch) -> Result<Started> {
         let now = self.now();
         let dataset = req.dataset.as_str();
-        let keys: Vec<String> = std::iter::once(super::dataset_key(dataset))
+        // The batch's number is the task's last of the date plus one (read
+        // below): on PostgreSQL, starts of one task and date number their
+        // batches one at a time, whatever datasets they write.
+        let keys: Vec<String> = [super::dataset_key(dataset), format!("seq:{}:{}", req.task.as_str(), req.dt)]
+            .into_iter()
             .chain(req.idempotency_key.iter().map(|k| format!("idempotency:{k}")))
             .collect();
         let mut tx = self.begin_write_under(&keys).await?;
@@ -383,13 +393,7 @@ impl SqlStore {
             ));
         }
 
-        let (seq,): (i64,) = c
-            .one(
-                "INSERT INTO task_seq (task, dt, last_seq) VALUES ($1, $2, 1) \
-                 ON CONFLICT (task, dt) DO UPDATE SET last_seq = task_seq.last_seq + 1 RETURNING last_seq",
-                args![req.task.as_str(), req.dt],
-            )
-            .await?;
+        let (seq,): (i64,) = c.one(NEXT_SEQ_SQL, args![req.task.as_str(), req.dt]).await?;
         let batch_id = BatchId::new(req.task.clone(), req.dt, seq).to_string();
 
         let mut changed: BTreeSet<String> = req.partitions.iter().map(|p| p.to_string()).collect();

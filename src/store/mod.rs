@@ -37,6 +37,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use alerts::AlertRecord;
+pub use batches::NEXT_SEQ_SQL;
 pub use feed::ChangeRecord;
 pub use lineage::{Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput, DOWNSTREAM_SQL};
 pub use openlineage::{LineageEvent, Recorded};

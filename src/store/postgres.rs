@@ -58,8 +58,8 @@ const FEED_LOCK: i64 = 0x6665_6564_2d6f_7264;
 pub(super) enum Scope<'a> {
     /// Everything: the write lock exclusively, no other writer runs.
     Registry,
-    /// The write lock shared, and these keys (a dataset's name, an
-    /// idempotency key), each an advisory lock of its own.
+    /// The write lock shared, and these keys (a dataset's name, a task and
+    /// date, an idempotency key), each an advisory lock of its own.
     Keys(&'a [String]),
 }
 
@@ -76,9 +76,10 @@ pub(super) enum Scope<'a> {
 ///    An exclusive holder is alone and needs no other lock.
 /// 2. A shared holder then takes the advisory lock of each key it works
 ///    under, in ascending lock-id order: the batch's dataset (which orders
-///    batch numbering, leases, "one running batch per partition" and the
-///    checks' history), and a start's `Idempotency-Key` (unique across
-///    datasets).
+///    leases, "one running batch per partition" and the checks' history), a
+///    start's task and date (which orders the numbering of that task's
+///    batches of the date, across datasets), and a start's
+///    `Idempotency-Key` (unique across datasets).
 /// 3. A write that changes the feed takes `FEED_LOCK` last ([`lock_feed`]),
 ///    before its first write that the feed or lineage depends on (for a
 ///    commit: before it publishes any partition), and keeps it until it ends.

@@ -13,6 +13,7 @@ use crate::on_both_backends;
 
 on_both_backends!(
     fifty_concurrent_starts_get_gap_free_sequence_numbers,
+    one_task_starting_on_two_datasets_at_once_numbers_its_batches_gap_free,
     overlapping_concurrent_starts_admit_exactly_one,
     concurrent_cycles_number_batches_and_the_feed_gap_free,
     downstream_commits_racing_an_upstream_restatement_end_stale
@@ -59,6 +60,23 @@ async fn fifty_concurrent_starts_get_gap_free_sequence_numbers(app: TestApp) {
     assert_gap_free(&results);
 }
 
+/// Starts of one task and date, alternating between two datasets: the
+/// writers of different datasets do not wait for each other, but the
+/// task's batches of the date are still numbered one at a time.
+async fn two_datasets_at_once(apps: &[&TestApp], n: usize) -> Vec<(StatusCode, serde_json::Value)> {
+    join_all((0..n).map(|i| {
+        let app = apps[i % apps.len()];
+        let dataset = if i % 4 < 2 { "ods.orders" } else { "ods.refunds" };
+        let p = format!("dt=2026-08-24/part={i}");
+        async move { app.start("load_orders", dataset, "2026-08-24", &[&p]).await }
+    }))
+    .await
+}
+
+async fn one_task_starting_on_two_datasets_at_once_numbers_its_batches_gap_free(app: TestApp) {
+    assert_gap_free(&two_datasets_at_once(&[&app], 50).await);
+}
+
 async fn overlapping_concurrent_starts_admit_exactly_one(app: TestApp) {
     let results = fire(&[&app], 50, |_| "dt=2026-08-24".into()).await;
     assert_exactly_one(&results);
@@ -72,6 +90,9 @@ async fn two_postgres_instances_share_one_sequence_and_one_lock() {
     let b = a.replica().await;
     let results = fire(&[&a, &b], 50, |i| format!("dt=2026-08-24/shard={i}")).await;
     assert_gap_free(&results);
+    let results = two_datasets_at_once(&[&a, &b], 50).await;
+    let seqs: BTreeSet<i64> = results.iter().map(|(_, b)| b["seq"].as_i64().unwrap_or_default()).collect();
+    assert_eq!(seqs, (51..=100).collect::<BTreeSet<_>>(), "numbered after the first 50, gap-free: {results:?}");
 
     let results = join_all((0..50).map(|i| {
         let app = if i % 2 == 0 { &a } else { &b };

@@ -4,7 +4,7 @@
 //! database without statistics, and on a seeded one after `ANALYZE`.
 
 use batchgate::store::db::Dialect;
-use batchgate::store::{record_sql, CONSUMERS_SQL, DOWNSTREAM_SQL};
+use batchgate::store::{record_sql, CONSUMERS_SQL, DOWNSTREAM_SQL, NEXT_SEQ_SQL};
 use sqlx::{Connection, Row};
 
 use reqwest::StatusCode;
@@ -97,10 +97,11 @@ on_both_backends!(
     a_task_s_batches_of_a_date_are_found_by_its_sequence_key
 );
 
-/// A task's batches of one date (`GET /v1/batches?task=…&dt=…`, and the
-/// latest of them that `/ready?task=…` answers with) are sought on the
-/// `UNIQUE (task, dt, seq)` key: the `(task, dt, id)` index that did it too
-/// is gone (migration 0011), its entries a second copy of the key's.
+/// A task's batches of one date (`GET /v1/batches?task=…&dt=…`, the
+/// latest of them that `/ready?task=…` answers with, and the number a start
+/// gives the next) are sought on the `UNIQUE (task, dt, seq)` key: the
+/// `(task, dt, id)` index that did it too is gone (migration 0011), its
+/// entries a second copy of the key's.
 async fn a_task_s_batches_of_a_date_are_found_by_its_sequence_key(app: TestApp) {
     let dialect = match app.backend {
         Backend::Sqlite => Dialect::Sqlite,
@@ -121,7 +122,8 @@ async fn a_task_s_batches_of_a_date_are_found_by_its_sequence_key(app: TestApp) 
                 Backend::Postgres => app.sql(&seed::postgres(50, 40)).await,
             }
         }
-        for (name, sql) in [("page", page.as_str()), ("latest", latest)] {
+        let next = NEXT_SEQ_SQL.replace("$1", "'t3'").replace("$2", "'2000-01-07'");
+        for (name, sql) in [("page", page.as_str()), ("latest", latest), ("next number", next.as_str())] {
             let lines = plan(&app, sql).await;
             let text = lines.join("\n");
             let scans = lines
@@ -175,7 +177,7 @@ async fn a_page_of_batch_history_seeks_indexes(app: TestApp) {
 /// The registry's tables that grow with it: no statement of the start,
 /// commit and fail path may read one of them whole.
 const GROWING: &str = "'batches', 'task_produce_log', 'partitions', 'batch_inputs', 'batch_events', 'changes', \
-     'alerts', 'audit', 'task_seq', 'outbox'";
+     'alerts', 'audit', 'outbox'";
 
 /// Sequential scans of each growing table so far, once every other session
 /// of the database has ended (a session hands its counters over at exit;

@@ -13,7 +13,6 @@ pub fn sqlite(datasets: u32, days: u32) -> String {
 CREATE TEMP TABLE seed_n AS WITH RECURSIVE n(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM n WHERE j < {last_n})
   SELECT j, date('2000-01-01', '+' || j || ' days') AS dt, strftime('%Y%m%d', date('2000-01-01', '+' || j || ' days')) AS ymd FROM n;
 INSERT INTO datasets (name, created_at, updated_at) SELECT 'ds' || i, {now}, {now} FROM seed_d;
-INSERT INTO task_seq (task, dt, last_seq) SELECT 't' || i, dt, 1 FROM seed_d, seed_n;
 INSERT INTO batches (batch_id, task, dataset, dt, seq, state, trigger_kind, request_fingerprint, lease_seconds, lease_expires_at,
     started_at, decided_at, marker, checks, decision_kind, decision_status, decision_body)
   SELECT 't' || i || '-' || ymd || '-001', 't' || i, 'ds' || i, dt, 1, 'published', 'scheduled', '{{}}', 3600, {now}, {now}, {now},
@@ -44,7 +43,6 @@ pub fn postgres(datasets: u32, days: u32) -> String {
         "CREATE TEMP TABLE seed AS SELECT i, (DATE '2000-01-01' + j) AS dt, to_char(DATE '2000-01-01' + j, 'YYYYMMDD') AS ymd
   FROM generate_series(0, {last_d}) i, generate_series(0, {last_n}) j;
 INSERT INTO datasets (name, created_at, updated_at) SELECT 'ds' || i, {now}, {now} FROM generate_series(0, {last_d}) i;
-INSERT INTO task_seq (task, dt, last_seq) SELECT 't' || i, dt, 1 FROM seed;
 INSERT INTO batches (batch_id, task, dataset, dt, seq, state, trigger_kind, request_fingerprint, lease_seconds, lease_expires_at,
     started_at, decided_at, marker, checks, decision_kind, decision_status, decision_body)
   SELECT 't' || i || '-' || ymd || '-001', 't' || i, 'ds' || i, dt, 1, 'published', 'scheduled', '{{}}', 3600, {now}, {now}, {now},
