@@ -4,7 +4,7 @@
 use chrono::NaiveDate;
 
 use super::batches::load_record;
-use super::db::{args, placeholders, Arg};
+use super::db::{args, placeholders, Arg, Dialect};
 use super::records::{record_sql, RecordRow, PARTITION_COLUMNS};
 use super::*;
 use crate::changes::TaskLatest;
@@ -32,6 +32,61 @@ impl Filter {
     }
 }
 
+/// The `SELECT` of one page of `GET /v1/batches` (`q.limit` records, and one
+/// more to tell whether another page follows), newest first, with its
+/// arguments.
+///
+/// On PostgreSQL a dataset (else a state) filter is written as a range,
+/// `dataset >= $1 AND dataset <= $1`, and the page ordered by it, then by
+/// id: only its `(dataset, id)` index gives that order. Written as
+/// `dataset = $1 ORDER BY id DESC`, the planner may walk the primary key
+/// down from the newest batch instead, skipping every other dataset's rows,
+/// once a dataset is a few percent of the registry: at 20 datasets of 1,000
+/// batches, 19,000 rows for the page of the first one (4.4 ms against 0.1;
+/// the query-plan tests read its plan). The two forms select the same rows
+/// (text equality is a deterministic collation's). SQLite seeks the index
+/// for the equality.
+pub fn batch_page_sql(d: Dialect, q: &BatchQuery) -> (String, Vec<Arg>) {
+    let lead = match (&q.dataset, q.state) {
+        _ if d == Dialect::Sqlite => None,
+        (Some(_), _) => Some("dataset"),
+        (None, Some(_)) => Some("state"),
+        (None, None) => None,
+    };
+    let mut f = Filter::default();
+    let mut equal = |column: &str, value: Arg| {
+        if lead == Some(column) {
+            f.push(&format!("{column} >= $? AND {column} <= $?"), value);
+        } else {
+            f.push(&format!("{column} = $?"), value);
+        }
+    };
+    if let Some(v) = &q.task {
+        equal("task", v.into());
+    }
+    if let Some(v) = &q.dataset {
+        equal("dataset", v.into());
+    }
+    if let Some(v) = q.dt {
+        equal("dt", v.into());
+    }
+    if let Some(v) = q.state {
+        equal("state", v.as_str().into());
+    }
+    if let Some(v) = q.since {
+        f.push("started_at >= $?", v);
+    }
+    if let Some(v) = q.until {
+        f.push("started_at < $?", v);
+    }
+    if let Some(v) = q.after_id {
+        f.push("id < $?", v);
+    }
+    let order = lead.map(|c| format!("{c} DESC, ")).unwrap_or_default();
+    let page = format!("{} ORDER BY {order}id DESC LIMIT {}", f.sql(), q.limit + 1);
+    (record_sql(d, &page, "ORDER BY id DESC"), f.args)
+}
+
 impl SqlStore {
     #[tracing::instrument(level = "debug", skip_all, fields(batch_id = %batch_id))]
     pub async fn get_batch(&self, batch_id: &str) -> Result<Option<BatchRecord>> {
@@ -40,33 +95,10 @@ impl SqlStore {
     }
 
     pub async fn list_batches(&self, q: &BatchQuery) -> Result<Page<BatchRecord>> {
-        let mut f = Filter::default();
-        if let Some(v) = &q.task {
-            f.push("task = $?", v);
-        }
-        if let Some(v) = &q.dataset {
-            f.push("dataset = $?", v);
-        }
-        if let Some(v) = q.dt {
-            f.push("dt = $?", v);
-        }
-        if let Some(v) = q.state {
-            f.push("state = $?", v.as_str());
-        }
-        if let Some(v) = q.since {
-            f.push("started_at >= $?", v);
-        }
-        if let Some(v) = q.until {
-            f.push("started_at < $?", v);
-        }
-        if let Some(v) = q.after_id {
-            f.push("id < $?", v);
-        }
         let mut r = self.read().await?;
         let mut c = r.conn();
-        let page = format!("{} ORDER BY id DESC LIMIT {}", f.sql(), q.limit + 1);
-        let sql = record_sql(c.dialect(), &page, "ORDER BY id DESC");
-        let mut rows: Vec<RecordRow> = c.all(&sql, f.args).await?;
+        let (sql, args) = batch_page_sql(c.dialect(), q);
+        let mut rows: Vec<RecordRow> = c.all(&sql, args).await?;
         let more = rows.len() as i64 > q.limit;
         rows.truncate(q.limit as usize);
         let next = rows.last().filter(|_| more).map(|r| Position::Id(r.batch.id));
