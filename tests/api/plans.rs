@@ -54,6 +54,28 @@ fn full_scan(backend: Backend, line: &str) -> bool {
     }
 }
 
+/// A scan of a whole table in a plan line, if it is one; SQLite's `SCAN b`
+/// reads the page a record query's inner query picked, not a table.
+fn scans_a_table(backend: Backend, line: &str) -> bool {
+    full_scan(backend, line) && !line.trim_start_matches(['|', '`', '-', ' ']).eq("SCAN b")
+}
+
+/// The SQL dialect of a backend.
+fn dialect(backend: Backend) -> Dialect {
+    match backend {
+        Backend::Sqlite => Dialect::Sqlite,
+        Backend::Postgres => Dialect::Postgres,
+    }
+}
+
+/// Seeds `datasets` × `days` batches in the backend's SQL.
+async fn seed_registry(app: &TestApp, datasets: u32, days: u32) {
+    match app.backend {
+        Backend::Sqlite => app.sql(&seed::sqlite(datasets, days)).await,
+        Backend::Postgres => app.sql(&seed::postgres(datasets, days)).await,
+    }
+}
+
 async fn assert_seeks(app: &TestApp, when: &str) {
     for (name, sql) in STATEMENTS {
         let lines = plan(app, sql).await;
@@ -73,10 +95,7 @@ async fn assert_seeks(app: &TestApp, when: &str) {
 
 async fn commit_path_lineage_statements_seek_indexes(app: TestApp) {
     assert_seeks(&app, "fresh database, no statistics").await;
-    match app.backend {
-        Backend::Sqlite => app.sql(&seed::sqlite(50, 40)).await,
-        Backend::Postgres => app.sql(&seed::postgres(50, 40)).await,
-    }
+    seed_registry(&app, 50, 40).await;
     assert_eq!(app.sql_count("SELECT COUNT(*) FROM batch_inputs").await, 49 * 40);
     assert_seeks(&app, "2,000 batches, after ANALYZE").await;
 
@@ -105,10 +124,7 @@ on_both_backends!(
 /// `(task, dt, id)` index that did it too is gone (migration 0011), its
 /// entries a second copy of the key's.
 async fn a_task_s_batches_of_a_date_are_found_by_its_sequence_key(app: TestApp) {
-    let dialect = match app.backend {
-        Backend::Sqlite => Dialect::Sqlite,
-        Backend::Postgres => Dialect::Postgres,
-    };
+    let dialect = dialect(app.backend);
     let key = match app.backend {
         Backend::Sqlite => "sqlite_autoindex_batches_3",
         Backend::Postgres => "batches_task_dt_seq_key",
@@ -124,18 +140,13 @@ async fn a_task_s_batches_of_a_date_are_found_by_its_sequence_key(app: TestApp) 
         "SELECT batch_id, dataset FROM batches WHERE task = 't3' AND dt = '2000-01-07' ORDER BY seq DESC LIMIT 1";
     for when in ["fresh database, no statistics", "2,000 batches, after ANALYZE"] {
         if when.starts_with("2,000") {
-            match app.backend {
-                Backend::Sqlite => app.sql(&seed::sqlite(50, 40)).await,
-                Backend::Postgres => app.sql(&seed::postgres(50, 40)).await,
-            }
+            seed_registry(&app, 50, 40).await;
         }
         let next = NEXT_SEQ_SQL.replace("$1", "'t3'").replace("$2", "'2000-01-07'");
         for (name, sql) in [("page", page.as_str()), ("latest", latest), ("next number", next.as_str())] {
             let lines = plan(&app, sql).await;
             let text = lines.join("\n");
-            let scans = lines
-                .iter()
-                .filter(|l| full_scan(app.backend, l) && !l.trim_start_matches(['|', '`', '-', ' ']).eq("SCAN b"));
+            let scans = lines.iter().filter(|l| scans_a_table(app.backend, l));
             assert_eq!(scans.count(), 0, "{name} ({when}) scans a table:\n{text}");
             assert!(text.contains(key), "{name} ({when}) does not seek {key}:\n{text}");
         }
@@ -150,25 +161,16 @@ async fn a_task_s_batches_of_a_date_are_found_by_its_sequence_key(app: TestApp) 
 /// `GET /v1/batches?dataset=…`: the page of batches is read down the
 /// dataset's index, each batch's partitions and inputs by their primary keys.
 async fn a_page_of_batch_history_seeks_indexes(app: TestApp) {
-    let dialect = match app.backend {
-        Backend::Sqlite => Dialect::Sqlite,
-        Backend::Postgres => Dialect::Postgres,
-    };
+    let dialect = dialect(app.backend);
     let by_dataset = BatchQuery { dataset: Some("ds1".into()), limit: 100, ..BatchQuery::default() };
     let sql = batch_page_sql(dialect, &by_dataset).0;
     for when in ["fresh database, no statistics", "2,000 batches, after ANALYZE"] {
         if when.starts_with("2,000") {
-            match app.backend {
-                Backend::Sqlite => app.sql(&seed::sqlite(50, 40)).await,
-                Backend::Postgres => app.sql(&seed::postgres(50, 40)).await,
-            }
+            seed_registry(&app, 50, 40).await;
         }
         let lines = plan(&app, &sql).await;
         let text = lines.join("\n");
-        // `SCAN b` reads the page the inner query picked, not a table.
-        let scans = lines
-            .iter()
-            .filter(|l| full_scan(app.backend, l) && !l.trim_start_matches(['|', '`', '-', ' ']).eq("SCAN b"));
+        let scans = lines.iter().filter(|l| scans_a_table(app.backend, l));
         assert_eq!(scans.count(), 0, "the page ({when}) scans a table:\n{text}");
         for index in ["batches_dataset", "task_produce_log", "batch_inputs"] {
             assert!(text.contains(index), "the page ({when}) does not seek {index}:\n{text}");
@@ -189,14 +191,8 @@ async fn a_page_of_batch_history_seeks_indexes(app: TestApp) {
 /// key down from the newest batch instead and skipped 18,000 rows of the
 /// other datasets (`store::batch_page_sql`).
 async fn a_page_of_a_large_dataset_seeks_its_index(app: TestApp) {
-    let dialect = match app.backend {
-        Backend::Sqlite => Dialect::Sqlite,
-        Backend::Postgres => Dialect::Postgres,
-    };
-    match app.backend {
-        Backend::Sqlite => app.sql(&seed::sqlite(20, 1000)).await,
-        Backend::Postgres => app.sql(&seed::postgres(20, 1000)).await,
-    }
+    let dialect = dialect(app.backend);
+    seed_registry(&app, 20, 1000).await;
     let pages = [
         ("dataset", BatchQuery { dataset: Some("ds1".into()), ..BatchQuery::default() }, "'ds1'", "batches_dataset"),
         (
@@ -211,11 +207,9 @@ async fn a_page_of_a_large_dataset_seeks_its_index(app: TestApp) {
         let lines = plan(&app, &sql).await;
         let text = lines.join("\n");
         assert!(text.contains(index), "the page by {name} does not seek {index}:\n{text}");
-        // `SCAN b` reads the page the inner query picked, not a table.
-        let walks = lines.iter().filter(|l| {
-            let scan = full_scan(app.backend, l) && !l.trim_start_matches(['|', '`', '-', ' ']).eq("SCAN b");
-            scan || l.contains("Filter: (dataset") || l.contains("batches_pkey")
-        });
+        let walks = lines
+            .iter()
+            .filter(|l| scans_a_table(app.backend, l) || l.contains("Filter: (dataset") || l.contains("batches_pkey"));
         assert_eq!(walks.count(), 0, "the page by {name} reads other batches' rows:\n{text}");
     }
     let (status, page) = app.get("/v1/batches?dataset=ds1&limit=100").await;
