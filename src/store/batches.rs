@@ -287,14 +287,8 @@ impl SqlStore {
                         format!("Idempotency-Key {key:?} was used for batch {} with a different request", b.batch_id),
                     ));
                 }
-                let started = match b.start_retry {
-                    Some(number) => events::Started::in_row(
-                        number,
-                        b.trigger_kind,
-                        b.run_ref.clone(),
-                        b.started_at,
-                        b.lease_seconds,
-                    ),
+                let started = match b.started_in_row() {
+                    Some(detail) => detail.ok(),
                     None => c
                         .opt::<(Option<Json<events::Started>>,)>(
                             "SELECT detail FROM batch_events WHERE batch_id = $1 AND kind = 'started'",

@@ -59,6 +59,22 @@ impl BatchRow {
     pub fn state(&self) -> BatchState {
         self.state
     }
+
+    /// The batch's `started` event's detail when its row gives it back
+    /// (migration 0013, [`events::Started::in_row`]); `None` when it is a
+    /// row of `batch_events`. A number that stands for no start is an
+    /// unknown stored value.
+    pub fn started_in_row(&self) -> Option<std::result::Result<events::Started, sqlx::Error>> {
+        let number = self.start_retry?;
+        let detail = events::Started::in_row(
+            number,
+            self.trigger_kind,
+            self.run_ref.clone(),
+            self.started_at,
+            self.lease_seconds,
+        );
+        Some(detail.ok_or_else(|| unknown_value("start_retry", format!("{number} stands for no start"))))
+    }
 }
 
 /// A batch row with its partitions and inputs, each a JSON array built by the
@@ -205,21 +221,22 @@ pub(super) struct StoredEvent {
     detail: Option<Value>,
 }
 
+/// An unknown stored value of `column`: a decode error naming the column.
+fn unknown_value(column: &str, e: impl std::fmt::Display) -> sqlx::Error {
+    sqlx::Error::ColumnDecode { index: column.into(), source: format!("unknown stored value: {e}").into() }
+}
+
 impl StoredEvent {
     /// The event, its detail read as its kind's type: a kind, a time or a
     /// detail that is not one is a decode error naming the column (and for
     /// a detail the kind), like any unknown stored value.
     /// `marker` is the batch's, which a publish's event leaves out.
     pub fn into_event(self, marker: Option<&str>) -> Result<Event> {
-        let decode = |column: &str, e: String| sqlx::Error::ColumnDecode {
-            index: column.into(),
-            source: format!("unknown stored value: {e}").into(),
-        };
-        let kind = self.kind.parse::<EventKind>().map_err(|e| decode("kind", e.to_string()))?;
-        let at = self.at.ok_or_else(|| decode("at", "an event without a time".to_owned()))?;
+        let kind = self.kind.parse::<EventKind>().map_err(|e| unknown_value("kind", e))?;
+        let at = self.at.ok_or_else(|| unknown_value("at", "an event without a time"))?;
         let detail = self.detail.unwrap_or_else(|| Value::Object(Default::default()));
         Event::decode(kind, at, detail, marker)
-            .map_err(|e| decode("detail", format!("not the detail of a {kind} event: {e}")).into())
+            .map_err(|e| unknown_value("detail", format!("not the detail of a {kind} event: {e}")).into())
     }
 }
 
@@ -229,20 +246,14 @@ impl StoredEvent {
 /// events and before those that came after the decision
 /// ([`EventKind::of_the_run`]).
 pub(super) fn row_events(b: &BatchRow, mut stored: Vec<Event>) -> Result<Vec<Event>> {
-    let decode = |column: &str, e: &str| sqlx::Error::ColumnDecode {
-        index: column.into(),
-        source: format!("unknown stored value: {e}").into(),
-    };
     if b.published_in_row {
-        let at = b.decided_at.ok_or_else(|| decode("decided_at", "a publish without a time"))?;
+        let at = b.decided_at.ok_or_else(|| unknown_value("decided_at", "a publish without a time"))?;
         let run = stored.iter().take_while(|e| e.kind().of_the_run()).count();
         let detail = events::Committed::Published { marker: b.marker.clone() };
         stored.insert(run, Event::Committed { at, detail });
     }
-    if let Some(number) = b.start_retry {
-        let detail = events::Started::in_row(number, b.trigger_kind, b.run_ref.clone(), b.started_at, b.lease_seconds)
-            .ok_or_else(|| decode("start_retry", &format!("{number} stands for no start")))?;
-        stored.insert(0, Event::Started { at: b.started_at, detail });
+    if let Some(detail) = b.started_in_row() {
+        stored.insert(0, Event::Started { at: b.started_at, detail: detail? });
     }
     Ok(stored)
 }
@@ -493,12 +504,8 @@ impl BatchRecord {
         let source = b.source.map(|j| j.0);
         let checks = match b.checks {
             None => Vec::new(),
-            Some(Json(stored)) => {
-                checks::rebuild(stored, || recorded(&b.marker, &source, &partitions)).map_err(|e| {
-                    let source = format!("unknown stored value: {e}").into();
-                    sqlx::Error::ColumnDecode { index: "checks".into(), source }
-                })?
-            }
+            Some(Json(stored)) => checks::rebuild(stored, || recorded(&b.marker, &source, &partitions))
+                .map_err(|e| unknown_value("checks", e))?,
         };
         Ok(Self {
             batch_id: b.batch_id,
