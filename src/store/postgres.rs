@@ -109,14 +109,24 @@ pub(super) async fn begin_write(pool: &PgPool, scope: Scope<'_>) -> sqlx::Result
             let mut ids: Vec<i64> = keys.iter().map(|k| key_lock(k)).collect();
             ids.sort_unstable();
             ids.dedup();
-            sqlx::query("SELECT pg_advisory_xact_lock_shared($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
-            for id in ids {
-                sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(id).execute(&mut *tx).await?;
+            if ids.is_empty() {
+                sqlx::query("SELECT pg_advisory_xact_lock_shared($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
+            } else {
+                sqlx::query(LOCK_KEYS).bind(WRITE_LOCK).bind(ids).execute(&mut *tx).await?;
             }
         }
     }
     Ok(tx)
 }
+
+/// Rule 2 of [`begin_write`] in one round trip (a start has up to three
+/// keys): the write lock shared (`$1`), then the lock of each key of `$2`
+/// in the array's order. A function scan gives `unnest`'s rows in order, and
+/// each row's condition, which takes the write lock (again: shared locks
+/// stack, and all go at the transaction's end), runs before the aggregate
+/// takes that row's key. `$2` is not empty.
+const LOCK_KEYS: &str = "SELECT count(pg_advisory_xact_lock(k)) FROM unnest($2::int8[]) AS k \
+     WHERE pg_advisory_xact_lock_shared($1) IS NOT NULL";
 
 /// Takes the feed's lock (rule 3 of [`begin_write`]). Again in the same
 /// transaction is a no-op that still costs a round trip: `feed::lock` takes
@@ -514,5 +524,47 @@ mod lock_tests {
 
         let mut tx = begin_write(&pool, Scope::Registry).await.expect("begin");
         assert_eq!(held(&mut tx).await, [("ExclusiveLock".to_owned(), WRITE_LOCK)]);
+    }
+
+    /// The write lock comes before the keys' (rule 2, all in one statement):
+    /// a keyed write that waits for a registry-wide write holds none of its
+    /// keys meanwhile, and takes them all once it may go on.
+    #[tokio::test]
+    async fn a_keyed_write_takes_no_key_while_it_waits_for_the_write_lock() {
+        let Some(pool) = test_pool().await else { return };
+        let mut registry = begin_write(&pool, Scope::Registry).await.expect("begin");
+        let keys = vec!["dataset:lock-order.test".to_owned(), "seq:lock-order:2026-01-01".to_owned()];
+        let ids: Vec<i64> = keys.iter().map(|k| key_lock(k)).collect();
+        let waiter = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                let mut tx = begin_write(&pool, Scope::Keys(&keys)).await.expect("begin");
+                let held = held(&mut tx).await;
+                tx.rollback().await.unwrap();
+                held
+            }
+        });
+        // Other sessions' advisory locks on the keys (granted or not), and
+        // whether anyone is waiting for the write lock.
+        let others = "SELECT count(*) FILTER (WHERE (classid::bigint << 32) | objid::bigint = ANY($1)), \
+             count(*) FILTER (WHERE (classid::bigint << 32) | objid::bigint = $2 AND NOT granted) \
+             FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()";
+        let mut waiting = false;
+        for _ in 0..100 {
+            let (keys_held, write_waiters): (i64, i64) =
+                sqlx::query_as(others).bind(&ids).bind(WRITE_LOCK).fetch_one(&mut *registry).await.unwrap();
+            assert_eq!(keys_held, 0, "a keyed write took a key before the write lock");
+            if write_waiters > 0 && waiting {
+                break;
+            }
+            waiting = write_waiters > 0;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(waiting, "the keyed write never waited for the write lock");
+        registry.rollback().await.unwrap();
+        let mut want = vec![("ShareLock".to_owned(), WRITE_LOCK)];
+        want.extend(ids.iter().map(|&id| ("ExclusiveLock".to_owned(), id)));
+        want.sort();
+        assert_eq!(waiter.await.unwrap(), want);
     }
 }
