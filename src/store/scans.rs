@@ -11,6 +11,7 @@ use super::alerts::{self, AlertRecord, NewAlert, ALERT_COLUMNS};
 use super::batches::{event, load_batch, load_policy, load_record, not_found, to_details, BatchAndState};
 use super::db::{args, Arg};
 use super::events;
+use super::reads::IN_STATE_INDEX;
 use super::records::{BatchRecord, DatasetRow, PartitionRecord, DATASET_COLUMNS, PARTITION_COLUMNS};
 use super::{AlertQuery, Backend, Page, Position, SqlStore};
 use crate::changes::Change;
@@ -31,6 +32,16 @@ pub(super) struct Overdue {
     pub dt: NaiveDate,
     pub due: DateTime<Utc>,
     pub blocked: Vec<(String, Fitness)>,
+}
+
+/// The running batches whose lease expired before `$1`, oldest first: a
+/// seek of `batches_state`, whose condition it repeats
+/// ([`IN_STATE_INDEX`]), to the running ones.
+pub fn expiry_sql() -> String {
+    format!(
+        "SELECT batch_id, dataset FROM batches WHERE state = 'running' AND {IN_STATE_INDEX} AND lease_expires_at < $1 \
+         ORDER BY id"
+    )
 }
 
 impl SqlStore {
@@ -81,9 +92,7 @@ impl SqlStore {
         let now = self.now();
         let candidates: Vec<(String, String)> = {
             let mut r = self.read().await?;
-            r.conn()
-                .all("SELECT batch_id, dataset FROM batches WHERE state = 'running' AND lease_expires_at < $1 ORDER BY id", args![now])
-                .await?
+            r.conn().all(&expiry_sql(), args![now]).await?
         };
         let mut abandoned = Vec::new();
         for (batch_id, dataset) in candidates {
