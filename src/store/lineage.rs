@@ -84,8 +84,9 @@ pub(super) async fn inputs_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<In
 /// nothing is published, by their current one (the downstream lineage graph,
 /// which a failure's alert also walks). Two seeks instead of a join on
 /// `COALESCE(published_batch_id, batch_id)`, which no index can serve; the
-/// second tests "never published" in a form no index matches, so both
-/// planners seek `partitions_batch` rather than every unpublished partition.
+/// second tests "never published" by the condition of `partitions_batch`,
+/// which holds only those partitions (migration 0016), word for word, so
+/// that both planners seek it.
 pub const DOWNSTREAM_SQL: &str = "SELECT d.dataset, d.partition_spec, i.input_version, i.batch_id FROM batch_inputs i \
        JOIN partitions d ON d.published_batch_id = i.batch_id \
        WHERE i.input_dataset = $1 AND i.input_partition = $2 \
