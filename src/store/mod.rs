@@ -42,7 +42,7 @@ pub use feed::ChangeRecord;
 pub use lineage::{Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput, DOWNSTREAM_SQL};
 pub use openlineage::{LineageEvent, Recorded};
 pub use outbox::{DeliveryQuery, DeliveryRecord, OutboxItem, Receivers};
-pub use reads::{batch_page_sql, in_state_index, IN_STATE_INDEX};
+pub use reads::batch_page_sql;
 pub use records::{fitness_of, BatchRecord, DatasetRecord, Event, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
 pub use retention::{Pruned, PRUNE_BATCH};
