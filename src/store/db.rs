@@ -151,6 +151,17 @@ macro_rules! args {
 }
 pub(crate) use args;
 
+/// A timestamp as SQLite stores it: RFC 3339 text in UTC, always six
+/// fractional digits and `Z` (27 characters; sqlx's own encoding, `+00:00`
+/// and as many digits as needed, took up to 32, ten times per batch). Text
+/// of one form sorts in time order. Rows written before in the other form
+/// compare with these in time order too, ties aside: up to the fraction
+/// both agree, and where one ends, its `+` or `Z` sorts below the other's
+/// next digit.
+fn sqlite_time(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
 fn sqlite_args(args: Vec<Arg>) -> SqliteArguments<'static> {
     let mut out = SqliteArguments::default();
     for a in args {
@@ -160,7 +171,7 @@ fn sqlite_args(args: Vec<Arg>) -> SqliteArguments<'static> {
             Arg::Real(v) => out.add(v),
             Arg::Bool(v) => out.add(v),
             Arg::Date(v) => out.add(v),
-            Arg::Time(v) => out.add(v),
+            Arg::Time(v) => out.add(v.map(sqlite_time)),
             Arg::Json(v) => out.add(v.map(Json)),
         };
         r.expect("encoding into SqliteArguments does not fail");
@@ -526,5 +537,43 @@ mod tests {
             [("a".to_owned(),), ("b".to_owned(),), ("c".to_owned(),)],
             "the statement after the failed one did not run"
         );
+    }
+
+    /// SQLite's timestamps are 27 characters, read back as written, and
+    /// sort in time order among themselves and against sqlx's own form (the
+    /// rows written before), ties aside.
+    #[tokio::test]
+    async fn sqlite_timestamps_are_short_read_back_whole_and_sort_in_time_order() {
+        let base: DateTime<Utc> = "2026-12-03T12:17:46Z".parse().unwrap();
+        let times: Vec<DateTime<Utc>> = [0, 1, 500_000, 500_001, 999_999, 1_000_000, 61_000_000]
+            .iter()
+            .map(|&us| base + chrono::Duration::microseconds(us))
+            .collect();
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        sqlx::query("CREATE TABLE t (at TEXT NOT NULL)").execute(&mut c).await.unwrap();
+        for t in &times {
+            assert_eq!(sqlite_time(*t).len(), 27, "{}", sqlite_time(*t));
+            sqlx::query_with("INSERT INTO t (at) VALUES ($1)", sqlite_args(args![*t])).execute(&mut c).await.unwrap();
+        }
+        let back: Vec<DateTime<Utc>> =
+            sqlx::query_scalar("SELECT at FROM t ORDER BY at").fetch_all(&mut c).await.unwrap();
+        assert_eq!(back, times);
+        for old in &times {
+            let old_form = sqlx::query_scalar::<_, String>("SELECT $1").bind(*old).fetch_one(&mut c).await.unwrap();
+            for new in &times {
+                let (lt,): (bool,) = sqlx::query_as_with("SELECT $1 < $2", {
+                    let mut a = sqlite_args(args![old_form.clone()]);
+                    a.add(sqlite_time(*new)).unwrap();
+                    a
+                })
+                .fetch_one(&mut c)
+                .await
+                .unwrap();
+                if old != new {
+                    assert_eq!(lt, old < new, "{old_form} < {}", sqlite_time(*new));
+                }
+            }
+        }
     }
 }
