@@ -544,12 +544,12 @@ mod tests {
     /// rows written before), ties aside.
     #[tokio::test]
     async fn sqlite_timestamps_are_short_read_back_whole_and_sort_in_time_order() {
+        use sqlx::Connection;
         let base: DateTime<Utc> = "2026-12-03T12:17:46Z".parse().unwrap();
         let times: Vec<DateTime<Utc>> = [0, 1, 500_000, 500_001, 999_999, 1_000_000, 61_000_000]
             .iter()
             .map(|&us| base + chrono::Duration::microseconds(us))
             .collect();
-        use sqlx::Connection;
         let mut c = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
         sqlx::query("CREATE TABLE t (at TEXT NOT NULL)").execute(&mut c).await.unwrap();
         for t in &times {

@@ -37,11 +37,11 @@ impl Filter {
 /// repeats it word for word: SQLite uses a partial index only for a query
 /// whose `WHERE` has its condition among its terms, and PostgreSQL's generic
 /// plan of `state = $1` cannot tell which states `$1` will be.
-pub const IN_STATE_INDEX: &str = "state NOT IN ('published', 'superseded')";
+pub(super) const IN_STATE_INDEX: &str = "state NOT IN ('published', 'superseded')";
 
 /// Whether `batches_state` holds the batches in `state` (see
 /// [`IN_STATE_INDEX`]).
-pub fn in_state_index(state: BatchState) -> bool {
+fn in_state_index(state: BatchState) -> bool {
     !matches!(state, BatchState::Published | BatchState::Superseded)
 }
 
