@@ -33,6 +33,8 @@ pub struct Load {
     /// The slowest and fastest measured window.
     pub rps_min: f64,
     pub rps_max: f64,
+    /// Requests per second of each measured window, in the order measured.
+    pub windows: Vec<f64>,
     pub p50: Duration,
     pub p99: Duration,
 }
@@ -56,6 +58,7 @@ impl Tally {
             rps: self.latencies.len() as f64 / (window.as_secs_f64() * self.window_rps.len() as f64),
             rps_min: windows.clone().fold(f64::INFINITY, f64::min),
             rps_max: windows.fold(0.0, f64::max),
+            windows: self.window_rps,
             p50: percentile(&self.latencies, 0.50),
             p99: percentile(&self.latencies, 0.99),
         })
