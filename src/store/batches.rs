@@ -33,11 +33,12 @@ pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, st
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
      fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, written_at, allow_unready_inputs, repair_id, start_retry, published_in_row";
 
-/// The number of a task's next batch of a date (`$1` task, `$2` date): its
-/// last plus one. Batches are never deleted, and a start that rolls back
-/// frees its number, so the numbers are gap-free. One index seek on
-/// `UNIQUE (task, dt, seq)` (the query-plan tests read its plan).
-pub const NEXT_SEQ_SQL: &str = "SELECT COALESCE(MAX(seq), 0) + 1 FROM batches WHERE task = $1 AND dt = $2";
+/// The number of a task's next batch of a date (`$3` task, `$4` date, as
+/// the start's [`at_start`] binds them): its last plus one. Batches are never
+/// deleted, and a start that rolls back frees its number, so the numbers are
+/// gap-free. One index seek on `UNIQUE (task, dt, seq)` (the query-plan tests
+/// read its plan).
+pub const NEXT_SEQ_SQL: &str = "SELECT COALESCE(MAX(seq), 0) + 1 FROM batches WHERE task = $3 AND dt = $4";
 
 pub(super) async fn load_batch(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<BatchRow>> {
     let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE batch_id = $1");
@@ -219,36 +220,44 @@ pub(super) async fn refresh_partitions(c: &mut Conn<'_>, b: &BatchRow, now: Date
 
 /// A partition as a start finds it: its state and batch (`None` when no
 /// batch ever named it), and the earlier batches that did not publish and
-/// may have left rows in it (its residue), oldest first. One statement.
+/// may have left rows in it (its residue), oldest first; with the number
+/// the start's batch takes ([`NEXT_SEQ_SQL`]), so that a start does not pay
+/// a round trip for it. One statement.
 struct AtStart {
     standing: Option<(PartitionState, Option<String>)>,
     residue: Vec<(String, BatchState)>,
+    next_seq: i64,
 }
 
-async fn at_start(c: &mut Conn<'_>, dataset: &str, partition: &str) -> Result<AtStart> {
-    type Row = (Option<PartitionState>, Option<String>, Option<String>, Option<BatchState>, Option<FailStage>);
+/// The statement of [`at_start`]: `$1` dataset, `$2` partition, `$3` task,
+/// `$4` date.
+static AT_START_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT p.state, p.batch_id, l.batch_id, l.status, b.fail_stage, ({NEXT_SEQ_SQL}) FROM (SELECT 1 AS one) k \
+         LEFT JOIN partitions p ON p.dataset = $1 AND p.partition_spec = $2 \
+         LEFT JOIN (task_produce_log l JOIN batches b ON b.batch_id = l.batch_id) \
+           ON l.target_table = $1 AND l.target_partition = $2 \
+           AND l.batch_seq > COALESCE((SELECT MAX(x.batch_seq) FROM task_produce_log x \
+             WHERE x.target_table = $1 AND x.target_partition = $2 AND x.status IN ('published', 'superseded')), 0) \
+         ORDER BY l.batch_seq"
+    )
+});
+
+async fn at_start(c: &mut Conn<'_>, req: &StartBatch, partition: &str) -> Result<AtStart> {
+    type Row = (Option<PartitionState>, Option<String>, Option<String>, Option<BatchState>, Option<FailStage>, i64);
     // One row for the partition (NULLs without one) times its residue rows
     // (NULLs without residue): the batches after its latest publish.
-    let rows: Vec<Row> = c
-        .all(
-            "SELECT p.state, p.batch_id, l.batch_id, l.status, b.fail_stage FROM (SELECT 1 AS one) k \
-             LEFT JOIN partitions p ON p.dataset = $1 AND p.partition_spec = $2 \
-             LEFT JOIN (task_produce_log l JOIN batches b ON b.batch_id = l.batch_id) \
-               ON l.target_table = $1 AND l.target_partition = $2 \
-               AND l.batch_seq > COALESCE((SELECT MAX(x.batch_seq) FROM task_produce_log x \
-                 WHERE x.target_table = $1 AND x.target_partition = $2 AND x.status IN ('published', 'superseded')), 0) \
-             ORDER BY l.batch_seq",
-            args![dataset, partition],
-        )
-        .await?;
-    let standing = rows.first().and_then(|(state, batch_id, ..)| Some(((*state)?, batch_id.clone())));
+    let rows: Vec<Row> =
+        c.all(&AT_START_SQL, args![req.dataset.as_str(), partition, req.task.as_str(), req.dt]).await?;
+    let first = rows.first().ok_or_else(|| anyhow::anyhow!("the start's standing query returned no row"))?;
+    let (standing, next_seq) = (first.0.map(|state| (state, first.1.clone())), first.5);
     let residue = rows
         .into_iter()
-        .filter_map(|(_, _, batch_id, status, stage)| Some((batch_id?, status?, stage)))
+        .filter_map(|(_, _, batch_id, status, stage, _)| Some((batch_id?, status?, stage)))
         .filter(|(_, status, stage)| leaves_residue(*status, *stage))
         .map(|(b, s, _)| (b, s))
         .collect();
-    Ok(AtStart { standing, residue })
+    Ok(AtStart { standing, residue, next_seq })
 }
 
 pub(super) async fn load_policy(c: &mut Conn<'_>, dataset: &str) -> Result<DatasetRow> {
@@ -345,8 +354,13 @@ impl SqlStore {
         let mut blocking: BTreeMap<String, (BatchRow, Vec<String>)> = BTreeMap::new();
         let mut expired: BTreeMap<String, BatchRow> = BTreeMap::new();
         let mut found = Vec::with_capacity(req.partitions.len());
+        let mut seq = None;
         for p in &req.partitions {
-            let AtStart { standing, residue } = at_start(&mut c, dataset, p.as_str()).await?;
+            let AtStart { standing, residue, next_seq } = at_start(&mut c, &req, p.as_str()).await?;
+            // The same on every partition's row: nothing starts a batch of
+            // this task and date meanwhile (PostgreSQL's `seq:` key above,
+            // SQLite's one writer), and abandoning adds no batch.
+            seq.get_or_insert(next_seq);
             found.push(residue);
             let Some((state, Some(running_id))) = standing else {
                 continue;
@@ -387,7 +401,7 @@ impl SqlStore {
             ));
         }
 
-        let (seq,): (i64,) = c.one(NEXT_SEQ_SQL, args![req.task.as_str(), req.dt]).await?;
+        let seq = seq.ok_or_else(|| Error::invalid("partitions", "a batch declares at least one partition"))?;
         let batch_id = BatchId::new(req.task.clone(), req.dt, seq).to_string();
 
         let mut changed: BTreeSet<String> = req.partitions.iter().map(|p| p.to_string()).collect();
@@ -402,7 +416,7 @@ impl SqlStore {
         if !expired.is_empty() {
             found.clear();
             for p in &req.partitions {
-                found.push(at_start(&mut c, dataset, p.as_str()).await?.residue);
+                found.push(at_start(&mut c, &req, p.as_str()).await?.residue);
             }
         }
         let mut residue: BTreeMap<String, Residue> = BTreeMap::new();

@@ -142,7 +142,7 @@ async fn a_task_s_batches_of_a_date_are_found_by_its_sequence_key(app: TestApp) 
         if when.starts_with("2,000") {
             seed_registry(&app, 50, 40).await;
         }
-        let next = NEXT_SEQ_SQL.replace("$1", "'t3'").replace("$2", "'2000-01-07'");
+        let next = NEXT_SEQ_SQL.replace("$3", "'t3'").replace("$4", "'2000-01-07'");
         for (name, sql) in [("page", page.as_str()), ("latest", latest), ("next number", next.as_str())] {
             let lines = plan(&app, sql).await;
             let text = lines.join("\n");

@@ -31,11 +31,11 @@ on_both_backends!(
 /// advisory locks are not counted.
 fn pinned(inputs: u64) -> (u64, u64) {
     // Start: the policy; the partition's row and residue (who else is
-    // writing it, what earlier attempts left); the attempt number; the
-    // batch (whose row gives back its started event); per input, its
-    // partition (resolved); then together: the log row, the partition's
-    // row, per input its row in batch_inputs.
-    let start = 5 + inputs;
+    // writing it, what earlier attempts left) with the attempt number (one
+    // statement); the batch (whose row gives back its started event); per
+    // input, its partition (resolved); then together: the log row, the
+    // partition's row, per input its row in batch_inputs.
+    let start = 4 + inputs;
     // Commit: the batch with its declared partitions' standing and the
     // policy (one statement); the volume baseline; together, the batch's
     // row (which gives back its committed event) and the partition's log
