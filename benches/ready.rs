@@ -508,7 +508,7 @@ fn report(measured: &[(Subject, Load)], pg_skipped: bool) {
             "{:<32} {:>8.0} {:>17} {:>7.3} {:>7.3} {:>9} {:>7}  {share}",
             subject.name,
             load.rps,
-            format!("{:.0}-{:.0}", load.rps_min, load.rps_max),
+            format!("{:.0}-{:.0}", load.rps_min(), load.rps_max()),
             load.p50.as_secs_f64() * 1e3,
             load.p99.as_secs_f64() * 1e3,
             load.sent,

@@ -30,13 +30,22 @@ pub struct Load {
     /// Answers other than 200, warm-up included.
     pub non_ok: usize,
     pub rps: f64,
-    /// The slowest and fastest measured window.
-    pub rps_min: f64,
-    pub rps_max: f64,
     /// Requests per second of each measured window, in the order measured.
     pub windows: Vec<f64>,
     pub p50: Duration,
     pub p99: Duration,
+}
+
+impl Load {
+    /// The slowest measured window's requests per second.
+    pub fn rps_min(&self) -> f64 {
+        self.windows.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    /// The fastest measured window's requests per second.
+    pub fn rps_max(&self) -> f64 {
+        self.windows.iter().copied().fold(0.0, f64::max)
+    }
 }
 
 impl Tally {
@@ -51,13 +60,10 @@ impl Tally {
     pub fn summary(mut self, window: Duration) -> Result<Load> {
         ensure!(!self.latencies.is_empty(), "no request completed in a measured window");
         self.latencies.sort_unstable();
-        let windows = self.window_rps.iter().copied();
         Ok(Load {
             sent: self.sent,
             non_ok: self.non_ok,
             rps: self.latencies.len() as f64 / (window.as_secs_f64() * self.window_rps.len() as f64),
-            rps_min: windows.clone().fold(f64::INFINITY, f64::min),
-            rps_max: windows.fold(0.0, f64::max),
             windows: self.window_rps,
             p50: percentile(&self.latencies, 0.50),
             p99: percentile(&self.latencies, 0.99),
