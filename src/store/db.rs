@@ -11,7 +11,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::types::Json;
-use sqlx::{Arguments, FromRow, PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+use sqlx::{Arguments, FromRow, PgConnection, Postgres, Sqlite, SqliteConnection};
 
 use super::sqlite::WriteTx;
 
@@ -446,14 +446,14 @@ impl Conn<'_> {
 /// lane (see `sqlite.rs`).
 pub enum Tx {
     Sqlite(WriteTx),
-    Postgres(Transaction<'static, Postgres>),
+    Postgres(super::postgres::PgTx),
 }
 
 impl Tx {
     pub fn conn(&mut self) -> Conn<'_> {
         match self {
             Tx::Sqlite(t) => Conn::Sqlite(t.conn()),
-            Tx::Postgres(t) => Conn::Postgres(t),
+            Tx::Postgres(t) => Conn::Postgres(t.conn()),
         }
     }
 

@@ -343,10 +343,8 @@ impl SqlStore {
             // The publish's own change, known already: its notice goes now,
             // not under the lock.
             let declared: Vec<String> = standing.iter().map(|d| d.target_partition.clone()).collect();
-            announced = self
-                .announce(&mut c, Change { dataset: b.dataset.clone(), partitions: Some(declared.clone()) })
-                .await?;
-            super::feed::lock(&mut c, &mut ripple).await?;
+            let change = Change { dataset: b.dataset.clone(), partitions: Some(declared.clone()) };
+            announced = self.announce_and_lock_feed(&mut c, change, &mut ripple).await?;
             // A batch of one partition that it does not read: nothing else in
             // this transaction reads the partition's invalidation or staleness
             // before its publish is judged (`staleness::Published::cleared`),

@@ -58,7 +58,7 @@ use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
 use crate::domain::retry::RetryAdvice;
 use crate::error::Result;
 use crate::telemetry::Metrics;
-use db::{args, Conn, Pooled, Tx};
+use db::{args, Arg, Conn, Pooled, Tx};
 
 /// A request to start a batch, already parsed.
 #[derive(Debug, Clone)]
@@ -346,6 +346,29 @@ impl SqlStore {
         })
     }
 
+    /// Runs `sql`, an `INSERT … SELECT` that only appends (it changes no row
+    /// a key locks), as a transaction of its own, and returns the rows it
+    /// wrote. On PostgreSQL that is one round trip: the statement runs alone
+    /// (its own transaction), and its `SELECT` takes the write lock shared
+    /// (rule 1 of `postgres::begin_write`) before it gives a row. On SQLite
+    /// it is a turn on the write lane.
+    async fn write_alone(&self, sql: &str, args: Vec<Arg>) -> Result<u64> {
+        match &self.backend {
+            Backend::Sqlite(..) => {
+                let mut tx = self.begin_write().await?;
+                let n = tx.conn().exec(sql, args).await?;
+                tx.commit().await?;
+                Ok(n)
+            }
+            Backend::Postgres(pool) => {
+                self.metrics.db_write();
+                let mut c = pool.acquire().await?;
+                let sql = format!("{sql} WHERE {}", postgres::shared_write_lock());
+                Ok(Conn::Postgres(&mut c).exec(&sql, args).await?)
+            }
+        }
+    }
+
     /// A write transaction of the batch lifecycle on one batch: under its
     /// dataset's lock on PostgreSQL (see [`Self::begin_write_under`]).
     async fn begin_write_for_batch(&self, batch_id: &str) -> Result<Tx> {
@@ -387,15 +410,23 @@ impl SqlStore {
     }
 
     /// Sends the notice of `change`, one of those the transaction will
-    /// finish with, now (PostgreSQL delivers it at the `COMMIT`), so that a
-    /// publish sends it before it takes the feed's lock. Nothing to do on
-    /// SQLite, where the lane publishes after its group's `COMMIT`.
-    async fn announce(&self, c: &mut Conn<'_>, change: Change) -> Result<Option<postgres::Announced>> {
-        let (Conn::Postgres(c), Some(acks)) = (c, &self.acks) else {
+    /// finish with, now (PostgreSQL delivers it at the `COMMIT`), then takes
+    /// the feed's lock ([`feed::lock`]), in one round trip: a publish sends
+    /// its notice before it takes the lock. On SQLite there is nothing to
+    /// send (the lane publishes after its group's `COMMIT`).
+    async fn announce_and_lock_feed(
+        &self,
+        c: &mut Conn<'_>,
+        change: Change,
+        ripple: &mut staleness::Ripple,
+    ) -> Result<Option<postgres::Announced>> {
+        let (Conn::Postgres(pg), Some(acks), false) = (&mut *c, &self.acks, ripple.feed_locked) else {
+            feed::lock(c, ripple).await?;
             return Ok(None);
         };
         let mut announced = postgres::Announced::new(acks.clone());
-        postgres::notify(c, &change, Wake::Waiters, announced.token()).await?;
+        postgres::notify_and_lock_feed(pg, &postgres::notice(&change, Wake::Waiters, announced.token())).await?;
+        ripple.feed_locked = true;
         announced.sent(change);
         Ok(Some(announced))
     }
@@ -411,28 +442,30 @@ impl SqlStore {
         wake: Wake,
         announced: Option<postgres::Announced>,
     ) -> Result<()> {
-        let mut tx = match tx {
+        let t = match tx {
             // The lane publishes after its group's COMMIT.
             Tx::Sqlite(t) => return Ok(t.commit_waking(changes, wake).await?),
-            tx => tx,
+            Tx::Postgres(t) => t,
         };
         // Forgotten when dropped, on every way out but the last.
-        let token = match (&mut tx, &self.acks) {
-            (Tx::Postgres(t), Some(acks)) if !changes.is_empty() => {
+        let (token, notices) = match &self.acks {
+            Some(acks) if !changes.is_empty() => {
                 let token = announced.unwrap_or_else(|| postgres::Announced::new(acks.clone()));
                 let mut sent = token.change();
+                let mut notices = Vec::with_capacity(changes.len());
                 for c in &changes {
                     if sent == Some(c) {
                         sent = None;
                         continue;
                     }
-                    postgres::notify(t, c, wake, token.token()).await?;
+                    notices.push(postgres::notice(c, wake, token.token()));
                 }
-                Some(token)
+                (Some(token), notices)
             }
-            _ => None,
+            _ => (None, Vec::new()),
         };
-        tx.commit().await?;
+        // The notices go with the COMMIT, in its round trip.
+        t.commit_after(notices).await?;
         for c in changes {
             self.hub.apply(c, wake);
         }

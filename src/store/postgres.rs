@@ -5,13 +5,16 @@
 //! readiness cache and long-poll waiters hear of it.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use tokio::sync::{mpsc, Notify};
 
 use super::DbOptions;
@@ -53,6 +56,14 @@ const WRITE_LOCK: i64 = 0x6261_7463_6867_6174;
 /// the feed (or the first write that may precede one) until it ends, so that
 /// feed ids are taken in commit order.
 const FEED_LOCK: i64 = 0x6665_6564_2d6f_7264;
+
+/// Rule 1's shared write lock as a condition, for a statement that is its
+/// own transaction ([`super::SqlStore::write_alone`]): taken before the
+/// statement's first row, and again for each (shared locks stack, and all
+/// go at the statement's end).
+pub(super) fn shared_write_lock() -> String {
+    format!("pg_advisory_xact_lock_shared({WRITE_LOCK}) IS NOT NULL")
+}
 
 /// What a write transaction locks besides the write lock.
 pub(super) enum Scope<'a> {
@@ -99,34 +110,128 @@ pub(super) enum Scope<'a> {
 /// writer changing several partitions of a dataset while the feed holder
 /// marks several of them stale in another order could meet it row against
 /// row; PostgreSQL would then refuse one of the two.)
-pub(super) async fn begin_write(pool: &PgPool, scope: Scope<'_>) -> sqlx::Result<Transaction<'static, Postgres>> {
-    let mut tx = pool.begin().await?;
+pub(super) async fn begin_write(pool: &PgPool, scope: Scope<'_>) -> sqlx::Result<PgTx> {
+    let mut tx = PgTx { conn: Some(pool.acquire().await?) };
+    // Cancelled or failed from here on, the dropped `tx` rolls back.
+    simple(tx.conn(), &begin_sql(scope)).await?;
+    Ok(tx)
+}
+
+/// `BEGIN` and the locks of `scope` (rules 1 and 2 of [`begin_write`]) as
+/// one simple query: one round trip instead of two. The lock ids are
+/// numbers, written into the text. A keyed write takes the write lock
+/// shared, then the lock of each key in ascending id order: a function scan
+/// gives `unnest`'s rows in order, and each row's condition, which takes the
+/// write lock (again: shared locks stack, and all go at the transaction's
+/// end), runs before the aggregate takes that row's key.
+fn begin_sql(scope: Scope<'_>) -> String {
     match scope {
-        Scope::Registry => {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
-        }
+        Scope::Registry => format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
         Scope::Keys(keys) => {
             let mut ids: Vec<i64> = keys.iter().map(|k| key_lock(k)).collect();
             ids.sort_unstable();
             ids.dedup();
             if ids.is_empty() {
-                sqlx::query("SELECT pg_advisory_xact_lock_shared($1)").bind(WRITE_LOCK).execute(&mut *tx).await?;
-            } else {
-                sqlx::query(LOCK_KEYS).bind(WRITE_LOCK).bind(ids).execute(&mut *tx).await?;
+                return format!("BEGIN; SELECT pg_advisory_xact_lock_shared({WRITE_LOCK})");
             }
+            let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+            format!(
+                "BEGIN; SELECT count(pg_advisory_xact_lock(k)) FROM unnest(ARRAY[{}]::int8[]) AS k \
+                 WHERE pg_advisory_xact_lock_shared({WRITE_LOCK}) IS NOT NULL",
+                ids.join(", ")
+            )
         }
     }
-    Ok(tx)
 }
 
-/// Rule 2 of [`begin_write`] in one round trip (a start has up to three
-/// keys): the write lock shared (`$1`), then the lock of each key of `$2`
-/// in the array's order. A function scan gives `unnest`'s rows in order, and
-/// each row's condition, which takes the write lock (again: shared locks
-/// stack, and all go at the transaction's end), runs before the aggregate
-/// takes that row's key. `$2` is not empty.
-const LOCK_KEYS: &str = "SELECT count(pg_advisory_xact_lock(k)) FROM unnest($2::int8[]) AS k \
-     WHERE pg_advisory_xact_lock_shared($1) IS NOT NULL";
+/// A write transaction on PostgreSQL: a pooled connection on which
+/// [`begin_write`] ran `BEGIN` with the transaction's locks. Dropped before
+/// it commits (an error, a cancelled request, even while a lock is awaited)
+/// it rolls back in a task of its own, which first waits for whatever the
+/// connection still has under way, and only then returns the connection to
+/// the pool: no connection goes back holding a transaction or a lock.
+pub struct PgTx {
+    conn: Option<PoolConnection<Postgres>>,
+}
+
+impl PgTx {
+    pub fn conn(&mut self) -> &mut PgConnection {
+        self.conn.as_mut().expect("an open transaction has its connection")
+    }
+
+    pub async fn commit(self) -> sqlx::Result<()> {
+        self.commit_after(Vec::new()).await
+    }
+
+    /// Sends `notices` on [`CHANNEL`] and commits, in one round trip (one
+    /// simple query): PostgreSQL delivers them at the `COMMIT`, and not at
+    /// all if it fails. A statement that fails stops the query there, and
+    /// the transaction is rolled back as on any failure.
+    pub(super) async fn commit_after(mut self, notices: Vec<String>) -> sqlx::Result<()> {
+        let mut sql = String::new();
+        for n in &notices {
+            sql.push_str(&format!("SELECT pg_notify('{CHANNEL}', {}); ", quoted(n)));
+        }
+        sql.push_str("COMMIT");
+        simple(self.conn(), &sql).await?;
+        // Committed: the connection goes back to the pool as it is.
+        self.conn.take();
+        Ok(())
+    }
+
+    #[cfg(test)]
+    pub async fn rollback(mut self) -> sqlx::Result<()> {
+        simple(self.conn(), "ROLLBACK").await?;
+        self.conn.take();
+        Ok(())
+    }
+}
+
+impl Drop for PgTx {
+    fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(async move {
+                // Fails when `BEGIN` never ran (a warning only) or the
+                // connection broke: then it is closed, not pooled.
+                if let Err(e) = simple(&mut conn, "ROLLBACK").await {
+                    tracing::debug!(error = %e, "rolling back a dropped write");
+                    conn.close_on_drop();
+                }
+            })),
+            // No runtime to roll back on: closing the connection does.
+            Err(_) => conn.close_on_drop(),
+        }
+    }
+}
+
+/// Runs `sql`, one or more statements without parameters, as one simple
+/// query: one round trip. (Boxed, as `sqlite::run`, so that the futures
+/// that await it stay `Send` for every lifetime.)
+fn simple<'c>(c: &'c mut PgConnection, sql: &'c str) -> Pin<Box<dyn Future<Output = sqlx::Result<()>> + Send + 'c>> {
+    use sqlx::Executor;
+    Box::pin(async move { c.execute(sql).await.map(drop) })
+}
+
+/// `text` as a PostgreSQL string constant: an escape string (`E'…'`), whose
+/// meaning does not depend on `standard_conforming_strings`, with its
+/// backslashes and quotes escaped. (No string can hold a NUL; notices are
+/// JSON, which writes one as `\u0000`.)
+fn quoted(text: &str) -> String {
+    let mut q = String::with_capacity(text.len() + 4);
+    q.push_str("E'");
+    for ch in text.chars() {
+        match ch {
+            '\\' => q.push_str("\\\\"),
+            '\'' => q.push_str("\\'"),
+            c => q.push(c),
+        }
+    }
+    q.push('\'');
+    q
+}
 
 /// Takes the feed's lock (rule 3 of [`begin_write`]). Again in the same
 /// transaction is a no-op that still costs a round trip: `feed::lock` takes
@@ -288,15 +393,24 @@ impl Acks {
     }
 }
 
-pub(super) async fn notify(c: &mut PgConnection, change: &Change, wake: Wake, token: &str) -> sqlx::Result<()> {
+/// Sends `notice` on [`CHANNEL`] (delivered at the `COMMIT`), then takes the
+/// feed's lock ([`lock_feed`]), in one round trip.
+pub(super) async fn notify_and_lock_feed(c: &mut PgConnection, notice: &str) -> sqlx::Result<()> {
+    let sql = format!("SELECT pg_notify('{CHANNEL}', {}); SELECT pg_advisory_xact_lock({FEED_LOCK})", quoted(notice));
+    simple(c, &sql).await
+}
+
+/// The payload that tells the other replicas of `change`, written by the
+/// transaction `token` names: without its partitions (the whole dataset
+/// then) when they would not fit.
+pub(super) fn notice(change: &Change, wake: Wake, token: &str) -> String {
     let mut notice = Notice { token: token.to_owned(), change: change.clone(), quiet: wake == Wake::Nobody };
-    let mut payload = serde_json::to_string(&notice).expect("a change serialises");
-    if payload.len() > MAX_PAYLOAD {
-        notice.change.partitions = None;
-        payload = serde_json::to_string(&notice).expect("a change serialises");
+    let payload = serde_json::to_string(&notice).expect("a change serialises");
+    if payload.len() <= MAX_PAYLOAD {
+        return payload;
     }
-    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(payload).execute(c).await?;
-    Ok(())
+    notice.change.partitions = None;
+    serde_json::to_string(&notice).expect("a change serialises")
 }
 
 /// A write's token for its notices, and the change it notified already (a
@@ -493,12 +607,12 @@ mod lock_tests {
     use super::*;
 
     /// The advisory locks the connection's transaction holds: (mode, key).
-    async fn held(tx: &mut Transaction<'static, Postgres>) -> Vec<(String, i64)> {
+    async fn held(tx: &mut PgTx) -> Vec<(String, i64)> {
         let mut held: Vec<(String, i64)> = sqlx::query_as(
             "SELECT mode, (classid::bigint << 32) | objid::bigint FROM pg_locks \
              WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
         )
-        .fetch_all(&mut **tx)
+        .fetch_all(tx.conn())
         .await
         .unwrap();
         held.sort();
@@ -552,7 +666,7 @@ mod lock_tests {
         let mut waiting = false;
         for _ in 0..100 {
             let (keys_held, write_waiters): (i64, i64) =
-                sqlx::query_as(others).bind(&ids).bind(WRITE_LOCK).fetch_one(&mut *registry).await.unwrap();
+                sqlx::query_as(others).bind(&ids).bind(WRITE_LOCK).fetch_one(registry.conn()).await.unwrap();
             assert_eq!(keys_held, 0, "a keyed write took a key before the write lock");
             if write_waiters > 0 && waiting {
                 break;
@@ -566,5 +680,174 @@ mod lock_tests {
         want.extend(ids.iter().map(|&id| ("ExclusiveLock".to_owned(), id)));
         want.sort();
         assert_eq!(waiter.await.unwrap(), want);
+    }
+}
+
+#[cfg(test)]
+mod tx_tests {
+    use super::*;
+
+    /// A pool of its own for one test, its sessions named `name`, so that
+    /// what they hold can be told from other tests' running meanwhile.
+    async fn own_pool(name: &str) -> Option<PgPool> {
+        let shared = test_pool().await?;
+        let options = shared.connect_options().as_ref().clone().application_name(name);
+        Some(PgPoolOptions::new().max_connections(4).connect_with(options).await.unwrap())
+    }
+
+    /// (advisory locks on `key`, sessions named `name` in a transaction),
+    /// seen from a session of its own.
+    async fn busy(pool: &PgPool, name: &str, key: &str) -> (i64, i64) {
+        let mut c = PgConnection::connect_with(&pool.connect_options()).await.unwrap();
+        let busy = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+                       AND (classid::bigint << 32) | objid::bigint = $2), \
+                    (SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+                       AND state LIKE 'idle in transaction%')",
+        )
+        .bind(name)
+        .bind(key_lock(key))
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+        drop(c.close().await);
+        busy
+    }
+
+    /// [`busy`], once the pool's connections had time to settle.
+    async fn settled(pool: &PgPool, name: &str, key: &str) -> (i64, i64) {
+        let mut seen = busy(pool, name, key).await;
+        for _ in 0..100 {
+            if seen == (0, 0) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            seen = busy(pool, name, key).await;
+        }
+        seen
+    }
+
+    /// A write cancelled while `BEGIN` and its locks wait (one query, see
+    /// [`begin_sql`]) gives its connection back neither in a transaction
+    /// nor holding a lock, once the lock it waited for was granted: the
+    /// keys are free for the next writer.
+    #[tokio::test]
+    async fn a_write_cancelled_while_it_waits_for_its_locks_leaves_no_transaction_behind() {
+        let name = "tx_test_cancelled";
+        let Some(pool) = own_pool(name).await else { return };
+        let keys = vec!["dataset:cancelled.begin".to_owned()];
+        let registry = begin_write(&pool, Scope::Registry).await.expect("begin");
+        let waiting = tokio::spawn({
+            let (pool, keys) = (pool.clone(), keys.clone());
+            async move { begin_write(&pool, Scope::Keys(&keys)).await.map(drop) }
+        });
+        let mut waited = false;
+        for _ in 0..100 {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = $1",
+            )
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if n > 0 {
+                waited = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(waited, "the keyed write never waited for the write lock");
+        waiting.abort();
+        assert!(waiting.await.unwrap_err().is_cancelled());
+        registry.commit().await.expect("commit");
+        assert_eq!(
+            settled(&pool, name, &keys[0]).await,
+            (0, 0),
+            "(key locks, open transactions) left by the cancelled write"
+        );
+        let next = tokio::time::timeout(Duration::from_secs(5), begin_write(&pool, Scope::Keys(&keys))).await;
+        next.expect("the keys are free").expect("begin").commit().await.expect("commit");
+    }
+
+    /// A write dropped after a failed statement is rolled back: what it
+    /// wrote is gone, and its connection holds nothing.
+    #[tokio::test]
+    async fn a_write_dropped_after_an_error_is_rolled_back() {
+        let name = "tx_test_dropped";
+        let Some(pool) = own_pool(name).await else { return };
+        sqlx::query("CREATE TABLE IF NOT EXISTS tx_test_dropped (k TEXT PRIMARY KEY)").execute(&pool).await.unwrap();
+        sqlx::query("DELETE FROM tx_test_dropped").execute(&pool).await.unwrap();
+        let keys = vec!["dataset:dropped.write".to_owned()];
+        {
+            let mut tx = begin_write(&pool, Scope::Keys(&keys)).await.expect("begin");
+            sqlx::query("INSERT INTO tx_test_dropped VALUES ('a')").execute(tx.conn()).await.unwrap();
+            let failed = sqlx::query("INSERT INTO tx_test_dropped VALUES ('a')").execute(tx.conn()).await;
+            assert!(failed.is_err(), "a duplicate key fails");
+        }
+        assert_eq!(
+            settled(&pool, name, &keys[0]).await,
+            (0, 0),
+            "(key locks, open transactions) left by the dropped write"
+        );
+        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM tx_test_dropped").fetch_one(&pool).await.unwrap();
+        assert_eq!(n, 0, "the dropped write's row stayed");
+        sqlx::query("DROP TABLE tx_test_dropped").execute(&pool).await.unwrap();
+    }
+
+    /// The notices a commit sends with its `COMMIT` reach a listener once,
+    /// byte for byte, quotes and backslashes included; a transaction that
+    /// fails instead of committing sends none.
+    #[tokio::test]
+    async fn notices_sent_with_the_commit_arrive_unchanged_and_only_if_it_commits() {
+        let Some(pool) = own_pool("tx_test_notices").await else { return };
+        let mut listener = PgListener::connect_with(&pool).await.unwrap();
+        listener.listen(CHANNEL).await.unwrap();
+        // Other tests may notify on the channel meanwhile: ours carry this.
+        let mark = "tx_test_notices";
+        let tricky = format!(r#"{{"dataset":"it's","partitions":["a\\b","c\"d","\\'","é"],"m":"{mark}"}}"#);
+        let second = format!("second {mark}");
+
+        let mut failed = begin_write(&pool, Scope::Keys(&[])).await.expect("begin");
+        assert!(sqlx::query("SELECT 1/0").execute(failed.conn()).await.is_err());
+        let refused = failed.commit_after(vec![format!("never {mark}")]).await;
+        assert!(refused.is_err(), "a failed transaction committed");
+
+        let tx = begin_write(&pool, Scope::Keys(&[])).await.expect("begin");
+        tx.commit_after(vec![tricky.clone(), second.clone()]).await.expect("commit");
+        let mut ours = Vec::new();
+        while let Ok(n) = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await {
+            let n = n.unwrap();
+            if n.payload().contains(mark) {
+                ours.push(n.payload().to_owned());
+            }
+        }
+        assert_eq!(ours, [tricky, second]);
+    }
+
+    /// A statement that is its own transaction with [`shared_write_lock`] in
+    /// its condition waits for a registry-wide write, and writes nothing
+    /// until that one is done.
+    #[tokio::test]
+    async fn a_statement_alone_waits_for_a_registry_wide_write() {
+        let Some(pool) = own_pool("tx_test_alone").await else { return };
+        sqlx::query("CREATE TABLE IF NOT EXISTS tx_test_alone (k TEXT)").execute(&pool).await.unwrap();
+        sqlx::query("DELETE FROM tx_test_alone").execute(&pool).await.unwrap();
+        let registry = begin_write(&pool, Scope::Registry).await.expect("begin");
+        let insert = tokio::spawn({
+            let pool = pool.clone();
+            let sql = format!(
+                "INSERT INTO tx_test_alone SELECT * FROM (VALUES ('a'), ('b')) AS v WHERE {}",
+                shared_write_lock()
+            );
+            async move { sqlx::query(&sql).execute(&pool).await.map(|r| r.rows_affected()) }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!insert.is_finished(), "the statement went on under a registry-wide write");
+        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM tx_test_alone").fetch_one(&pool).await.unwrap();
+        assert_eq!(n, 0);
+        registry.commit().await.expect("commit");
+        assert_eq!(insert.await.unwrap().expect("insert"), 2);
+        sqlx::query("DROP TABLE tx_test_alone").execute(&pool).await.unwrap();
     }
 }

@@ -249,34 +249,20 @@ impl SqlStore {
         }
     }
 
-    /// One transaction for the rows of `batch`, inserts only, so other
-    /// writers go on meanwhile (the registry's exclusive lock here stopped
-    /// them all).
+    /// The rows of `batch`, inserts only, so other writers go on meanwhile
+    /// (the registry's exclusive lock here stopped them all). Up to
+    /// [`AUDIT_ROWS_PER_INSERT`] rows are one statement that is its own
+    /// transaction ([`SqlStore::write_alone`]: one round trip on
+    /// PostgreSQL); more, one transaction of such statements.
     async fn insert_audit(&self, batch: &[Pending]) -> Result<()> {
-        const COLUMNS: usize = 8;
-        let rows: Vec<(DateTime<Utc>, &AuditEntry)> =
-            batch.iter().flat_map(|p| p.entries.iter().map(move |e| (p.at, e))).collect();
+        let mut inserts = audit_inserts(batch);
+        if inserts.len() == 1 {
+            let (sql, a) = inserts.pop().expect("one insert");
+            self.write_alone(&sql, a).await?;
+            return Ok(());
+        }
         let mut tx = self.begin_write_under(&[]).await?;
-        for chunk in rows.chunks(AUDIT_ROWS_PER_INSERT) {
-            let values: Vec<String> =
-                (0..chunk.len()).map(|r| format!("({})", placeholders(r * COLUMNS + 1, COLUMNS))).collect();
-            let mut a: Vec<Arg> = Vec::with_capacity(chunk.len() * COLUMNS);
-            for (at, e) in chunk {
-                a.extend(args![
-                    *at,
-                    &e.actor,
-                    &e.request_id,
-                    &e.action,
-                    &e.method,
-                    &e.path,
-                    e.dataset.clone(),
-                    i64::from(e.status)
-                ]);
-            }
-            let sql = format!(
-                "INSERT INTO audit (at, actor, request_id, action, method, path, dataset, status) VALUES {}",
-                values.join(", ")
-            );
+        for (sql, a) in inserts {
             tx.conn().exec(&sql, a).await?;
         }
         Ok(tx.commit().await?)
@@ -312,6 +298,39 @@ impl SqlStore {
         let next = items.last().filter(|_| more).map(|x| Position::Id(x.id));
         Ok(Page { items, next })
     }
+}
+
+/// The statements that append the rows of `batch` to the audit log, each
+/// an `INSERT … SELECT` of at most [`AUDIT_ROWS_PER_INSERT`] rows.
+fn audit_inserts(batch: &[Pending]) -> Vec<(String, Vec<Arg>)> {
+    const COLUMNS: usize = 8;
+    let rows: Vec<(DateTime<Utc>, &AuditEntry)> =
+        batch.iter().flat_map(|p| p.entries.iter().map(move |e| (p.at, e))).collect();
+    rows.chunks(AUDIT_ROWS_PER_INSERT)
+        .map(|chunk| {
+            let values: Vec<String> =
+                (0..chunk.len()).map(|r| format!("({})", placeholders(r * COLUMNS + 1, COLUMNS))).collect();
+            let mut a: Vec<Arg> = Vec::with_capacity(chunk.len() * COLUMNS);
+            for (at, e) in chunk {
+                a.extend(args![
+                    *at,
+                    &e.actor,
+                    &e.request_id,
+                    &e.action,
+                    &e.method,
+                    &e.path,
+                    e.dataset.clone(),
+                    i64::from(e.status)
+                ]);
+            }
+            let sql = format!(
+                "INSERT INTO audit (at, actor, request_id, action, method, path, dataset, status) \
+                 SELECT * FROM (VALUES {}) AS v",
+                values.join(", ")
+            );
+            (sql, a)
+        })
+        .collect()
 }
 
 #[cfg(test)]
