@@ -82,18 +82,16 @@ pub(super) async fn inputs_of(c: &mut Conn<'_>, batch_id: &str) -> Result<Vec<In
 
 /// The partitions built on ($1, $2) by their published batch, or, while
 /// nothing is published, by their current one (the downstream lineage graph,
-/// which a failure's alert also walks). Two seeks instead of a join on
-/// `COALESCE(published_batch_id, batch_id)`, which no index can serve; the
-/// second tests "never published" by the condition of `partitions_batch`,
-/// which holds only those partitions (migration 0016), word for word, so
-/// that both planners seek it.
+/// which a failure's alert also walks). Found as [`CONSUMERS_SQL`] finds
+/// them: each reading batch's `task_produce_log` rows, then the partitions'
+/// primary key, keeping those the batch stands for.
+///
+/// [`CONSUMERS_SQL`]: super::staleness::CONSUMERS_SQL
 pub const DOWNSTREAM_SQL: &str = "SELECT d.dataset, d.partition_spec, i.input_version, i.batch_id FROM batch_inputs i \
-       JOIN partitions d ON d.published_batch_id = i.batch_id \
-       WHERE i.input_dataset = $1 AND i.input_partition = $2 \
-     UNION ALL \
-     SELECT d.dataset, d.partition_spec, i.input_version, i.batch_id FROM batch_inputs i \
-       JOIN partitions d ON d.batch_id = i.batch_id AND COALESCE(d.published_batch_id, '') = '' \
-       WHERE i.input_dataset = $1 AND i.input_partition = $2 \
+       JOIN task_produce_log l ON l.batch_id = i.batch_id \
+       JOIN partitions d ON d.dataset = l.target_table AND d.partition_spec = l.target_partition \
+     WHERE i.input_dataset = $1 AND i.input_partition = $2 \
+       AND i.batch_id = CASE WHEN COALESCE(d.published_batch_id, '') = '' THEN d.batch_id ELSE d.published_batch_id END \
      ORDER BY 1, 2";
 
 /// Which way to walk the lineage graph.

@@ -192,13 +192,18 @@ struct Consumer {
 
 /// The partitions whose current version read upstream partition ($1, $2),
 /// run for every publish and invalidation. It starts from the input's rows in
-/// `batch_inputs` and finds each reader by `partitions_published_batch`
-/// (migration 0009): joined the other way round, it scanned every partition.
+/// `batch_inputs`, and finds each reading batch's partitions by its
+/// `task_produce_log` rows and then by the partitions' primary key, keeping
+/// those it published (three seeks each; joined the other way round, it
+/// scanned every partition). No index on the partition's batch columns is
+/// needed, so a publish updates its partition in place (migration 0017).
 pub const CONSUMERS_SQL: &str =
     "SELECT d.dataset, d.partition_spec AS partition, i.input_version AS built_on, d.version, \
        d.published_batch_id AS batch_id, d.stale_upstream AS stale, d.dt \
-     FROM batch_inputs i JOIN partitions d ON d.published_batch_id = i.batch_id \
-     WHERE i.input_dataset = $1 AND i.input_partition = $2 ORDER BY d.dataset, d.partition_spec";
+     FROM batch_inputs i JOIN task_produce_log l ON l.batch_id = i.batch_id \
+       JOIN partitions d ON d.dataset = l.target_table AND d.partition_spec = l.target_partition \
+     WHERE i.input_dataset = $1 AND i.input_partition = $2 AND d.published_batch_id = i.batch_id \
+     ORDER BY d.dataset, d.partition_spec";
 
 /// Marks stale, transitively, every partition whose current version was
 /// built on an older version of the root partition (`dataset`,
