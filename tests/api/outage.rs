@@ -190,3 +190,35 @@ async fn the_db_timeout_is_configurable() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(took < Duration::from_millis(1500), "--db-timeout 500ms answered after {took:?}");
 }
+
+/// The server ends every session of the service (an administrator, a
+/// failover, a pooler's timeout) while the database stays up: the requests
+/// right after, reads and writes alike, are answered as usual. The pool
+/// does not hand out a connection the server closed: it pings each one it
+/// hands out (a round trip per acquire that a pool which skipped the ping
+/// would save, and then answer 500 once for each of its dead connections).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sessions_ended_by_the_server_are_not_used_again() {
+    let Some(app) = crate::helpers::TestApp::spawn(Backend::Postgres).await else { return };
+    // Fill the pool: several requests at once hold several connections.
+    let warm = (0..8).map(|i| {
+        let app = &app;
+        async move { app.get(&format!("/v1/batches?limit=1&dataset=warm{i}")).await.0 }
+    });
+    assert!(futures::future::join_all(warm).await.iter().all(|s| *s == StatusCode::OK));
+    let mut c = sqlx::PgConnection::connect(&app.db.url).await.expect("postgres");
+    let ended: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_one(&mut c)
+    .await
+    .expect("terminate");
+    assert!(ended > 1, "the service's sessions were ended: {ended}");
+    for i in 0..10 {
+        let (status, body) = app.get("/v1/batches?limit=1").await;
+        assert_eq!(status, StatusCode::OK, "read {i} after the sessions ended: {body}");
+    }
+    let (status, started) = app.start("t_ended", "ended.daily", "2026-01-01", &["dt=2026-01-01"]).await;
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+}
