@@ -43,7 +43,7 @@ pub use lineage::{Direction, InputRecord, LineageEdge, LineageGraph, LineageNode
 pub use openlineage::{LineageEvent, Recorded};
 pub use outbox::{DeliveryQuery, DeliveryRecord, OutboxItem, Receivers};
 pub use reads::batch_page_sql;
-pub use records::{fitness_of, BatchRecord, DatasetRecord, Event, PartitionRecord, Residue};
+pub use records::{baseline_sql, fitness_of, BatchRecord, DatasetRecord, Event, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
 pub use retention::{Pruned, PRUNE_BATCH};
 pub use scans::expiry_sql;

@@ -627,14 +627,24 @@ pub(super) async fn baseline(
     dt: NaiveDate,
     periods: u32,
 ) -> Result<Vec<i64>> {
-    let rows: Vec<(i64,)> = c
-        .all(
-            "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2 AND dt < $3 \
-               AND version > 0 AND published_row_count IS NOT NULL ORDER BY dt DESC LIMIT $4",
-            args![dataset, baseline_key, dt, i64::from(periods)],
-        )
-        .await?;
+    let rows: Vec<(i64,)> =
+        c.all(baseline_sql(baseline_key), args![dataset, baseline_key, dt, i64::from(periods)]).await?;
     Ok(rows.into_iter().map(|(n,)| n).collect())
+}
+
+/// The baseline query for partitions of `baseline_key` ($2; $1 the dataset,
+/// $3 the date, $4 how many). Partitions of `dt` alone (key '') are found by
+/// `partitions_dt` in date order; `partitions_baseline` holds only the other
+/// keys (migration 0018), and its condition is repeated word for word so
+/// that both planners seek it (a unit test ties the two texts).
+pub fn baseline_sql(baseline_key: &str) -> &'static str {
+    if baseline_key.is_empty() {
+        "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2 AND dt < $3 \
+           AND version > 0 AND published_row_count IS NOT NULL ORDER BY dt DESC LIMIT $4"
+    } else {
+        "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2 AND baseline_key <> '' \
+           AND dt < $3 AND version > 0 AND published_row_count IS NOT NULL ORDER BY dt DESC LIMIT $4"
+    }
 }
 
 /// The fitness of a partition that may have no row (`no_batch`).
@@ -840,6 +850,19 @@ impl From<DatasetRow> for DatasetRecord {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_keyed_baseline_query_repeats_its_partial_index_condition() {
+        for migration in [
+            include_str!("../../migrations/sqlite/0018_baseline_index_partial.sql"),
+            include_str!("../../migrations/postgres/0018_baseline_index_partial.sql"),
+        ] {
+            let index = migration.lines().find(|l| l.starts_with("CREATE INDEX")).expect("the index");
+            let condition = index.split(" WHERE ").nth(1).expect("a partial index").trim_end_matches(';');
+            assert!(baseline_sql("region=eu").contains(&format!("AND {condition} AND")), "{condition}");
+            assert!(!baseline_sql("").contains(condition), "the key '' is not in the index");
+        }
+    }
 
     #[test]
     fn a_request_is_known_again_by_each_stored_fingerprint() {

@@ -5,7 +5,9 @@
 
 use batchgate::domain::batch::BatchState;
 use batchgate::store::db::Dialect;
-use batchgate::store::{batch_page_sql, expiry_sql, BatchQuery, CONSUMERS_SQL, DOWNSTREAM_SQL, NEXT_SEQ_SQL};
+use batchgate::store::{
+    baseline_sql, batch_page_sql, expiry_sql, BatchQuery, CONSUMERS_SQL, DOWNSTREAM_SQL, NEXT_SEQ_SQL,
+};
 use sqlx::{Connection, Row};
 
 use reqwest::StatusCode;
@@ -105,6 +107,46 @@ async fn assert_seeks(app: &TestApp, when: &str, keyed: bool) {
     }
 }
 
+/// The plan of the baseline query for `key` with literal values, one line
+/// of text.
+async fn baseline_plan(app: &TestApp, key: &str) -> String {
+    let sql = baseline_sql(key)
+        .replace("$1", "'ds3'")
+        .replace("$2", &format!("'{key}'"))
+        .replace("$3", "'2000-01-20'")
+        .replace("$4", "7");
+    plan(app, &sql).await.join("\n")
+}
+
+/// A commit's volume baseline (migration 0018): for a partition of `dt`
+/// alone (key '') the dataset's earlier dates in `partitions_dt`, newest
+/// first, with no sort; for a partition with more keys, `partitions_baseline`,
+/// which holds only those. Fresh and seeded (2,000 partitions of key '',
+/// then 200 of `region=…`), on both backends.
+async fn the_volume_baseline_seeks_the_index_of_its_key(app: TestApp) {
+    for when in ["fresh", "seeded"] {
+        if when == "seeded" {
+            seed_registry(&app, 50, 40).await;
+            app.sql(
+                "INSERT INTO partitions (dataset, partition_spec, dt, baseline_key, state, version, published_row_count, \
+                   updated_at) \
+                 SELECT 'ds3', 'dt=' || p.dt || '/region=r' || p.version, p.dt, 'region=r' || p.version, 'ready', 1, 10, \
+                   p.updated_at FROM (SELECT dt, updated_at, version + (CAST(substr(partition_spec, 12, 1) AS INTEGER) % 5) \
+                   AS version FROM partitions WHERE dataset = 'ds3') p",
+            )
+            .await;
+            app.sql("ANALYZE").await;
+        }
+        let plain = baseline_plan(&app, "").await;
+        assert!(!plain.lines().any(|l| full_scan(app.backend, l)), "key '' ({when}) scans:\n{plain}");
+        assert!(plain.contains("partitions_dt"), "key '' ({when}) does not seek partitions_dt:\n{plain}");
+        assert!(!plain.contains("TEMP B-TREE") && !plain.contains("Sort"), "key '' ({when}) sorts:\n{plain}");
+        let keyed = baseline_plan(&app, "region=r3").await;
+        assert!(!keyed.lines().any(|l| full_scan(app.backend, l)), "a key ({when}) scans:\n{keyed}");
+        assert!(keyed.contains("partitions_baseline"), "a key ({when}) does not seek partitions_baseline:\n{keyed}");
+    }
+}
+
 async fn commit_path_lineage_statements_seek_indexes(app: TestApp) {
     assert_seeks(&app, "fresh database, no statistics", false).await;
     seed_registry(&app, 50, 40).await;
@@ -125,6 +167,7 @@ async fn commit_path_lineage_statements_seek_indexes(app: TestApp) {
 
 on_both_backends!(
     commit_path_lineage_statements_seek_indexes,
+    the_volume_baseline_seeks_the_index_of_its_key,
     a_page_of_batch_history_seeks_indexes,
     a_page_of_a_large_dataset_seeks_its_index,
     a_task_s_batches_of_a_date_are_found_by_its_sequence_key
