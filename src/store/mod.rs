@@ -432,7 +432,7 @@ impl SqlStore {
     }
 
     /// [`SqlStore::finish_waking`] for a transaction that may have
-    /// [`SqlStore::announce`]d a change already: the others are notified
+    /// announced a change already ([`SqlStore::announce_and_lock_feed`]): the others are notified
     /// under its token (the announced one again only if it is not among
     /// them, which costs a replica one cache miss).
     async fn finish_announced(

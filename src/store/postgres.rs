@@ -170,7 +170,8 @@ impl PgTx {
     pub(super) async fn commit_after(mut self, notices: Vec<String>) -> sqlx::Result<()> {
         let mut sql = String::new();
         for n in &notices {
-            sql.push_str(&format!("SELECT pg_notify('{CHANNEL}', {}); ", quoted(n)));
+            sql.push_str(&notify_sql(n));
+            sql.push_str("; ");
         }
         sql.push_str("COMMIT");
         simple(self.conn(), &sql).await?;
@@ -396,8 +397,13 @@ impl Acks {
 /// Sends `notice` on [`CHANNEL`] (delivered at the `COMMIT`), then takes the
 /// feed's lock ([`lock_feed`]), in one round trip.
 pub(super) async fn notify_and_lock_feed(c: &mut PgConnection, notice: &str) -> sqlx::Result<()> {
-    let sql = format!("SELECT pg_notify('{CHANNEL}', {}); SELECT pg_advisory_xact_lock({FEED_LOCK})", quoted(notice));
+    let sql = format!("{}; SELECT pg_advisory_xact_lock({FEED_LOCK})", notify_sql(notice));
     simple(c, &sql).await
+}
+
+/// The statement that sends `notice` on [`CHANNEL`], its text written in.
+fn notify_sql(notice: &str) -> String {
+    format!("SELECT pg_notify('{CHANNEL}', {})", quoted(notice))
 }
 
 /// The payload that tells the other replicas of `change`, written by the

@@ -628,7 +628,7 @@ pub(super) async fn baseline(
     periods: u32,
 ) -> Result<Vec<i64>> {
     let rows: Vec<(i64,)> =
-        c.all(baseline_sql(baseline_key), args![dataset, baseline_key, dt, i64::from(periods)]).await?;
+        c.all(&baseline_sql(baseline_key), args![dataset, baseline_key, dt, i64::from(periods)]).await?;
     Ok(rows.into_iter().map(|(n,)| n).collect())
 }
 
@@ -637,14 +637,12 @@ pub(super) async fn baseline(
 /// `partitions_dt` in date order; `partitions_baseline` holds only the other
 /// keys (migration 0018), and its condition is repeated word for word so
 /// that both planners seek it (a unit test ties the two texts).
-pub fn baseline_sql(baseline_key: &str) -> &'static str {
-    if baseline_key.is_empty() {
-        "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2 AND dt < $3 \
+pub fn baseline_sql(baseline_key: &str) -> String {
+    let keyed = if baseline_key.is_empty() { "" } else { " AND baseline_key <> ''" };
+    format!(
+        "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2{keyed} AND dt < $3 \
            AND version > 0 AND published_row_count IS NOT NULL ORDER BY dt DESC LIMIT $4"
-    } else {
-        "SELECT published_row_count FROM partitions WHERE dataset = $1 AND baseline_key = $2 AND baseline_key <> '' \
-           AND dt < $3 AND version > 0 AND published_row_count IS NOT NULL ORDER BY dt DESC LIMIT $4"
-    }
+    )
 }
 
 /// The fitness of a partition that may have no row (`no_batch`).
