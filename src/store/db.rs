@@ -219,7 +219,8 @@ pub(super) fn placeholders(first: usize, n: usize) -> String {
 }
 
 /// The SQL that is not the same on both backends, kept here: a JSON array
-/// built inside a query. Everything else is written once.
+/// built inside a query, and an instant kept as a number on SQLite.
+/// Everything else is written once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     Sqlite,
@@ -236,6 +237,28 @@ pub enum Field<'a> {
 }
 
 impl Dialect {
+    /// `t` as an instant column of the compact kind holds it (`audit_log.at`):
+    /// microseconds since 1970-01-01 UTC on SQLite (an `INTEGER`, 8 bytes
+    /// where the text form takes 27), a `TIMESTAMPTZ` on PostgreSQL.
+    pub fn instant(self, t: DateTime<Utc>) -> Arg {
+        match self {
+            Dialect::Sqlite => Arg::Int(Some(t.timestamp_micros())),
+            Dialect::Postgres => Arg::Time(Some(t)),
+        }
+    }
+
+    /// The instant column `col` (see [`Dialect::instant`]) as a query gives
+    /// it back: on SQLite the text form of [`sqlite_time`], which reads back
+    /// as a `DateTime<Utc>` to the microsecond.
+    pub fn instant_value(self, col: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!(
+                "(strftime('%Y-%m-%dT%H:%M:%S', {col} / 1000000, 'unixepoch') || printf('.%06dZ', {col} % 1000000))"
+            ),
+            Dialect::Postgres => col.to_owned(),
+        }
+    }
+
     /// A scalar subquery: a JSON array with one object of `fields` per row of
     /// `from` (tables and `WHERE`), ordered by the values of the keys `order`;
     /// `[]` when there is none.
@@ -574,6 +597,43 @@ mod tests {
                     assert_eq!(lt, old < new, "{old_form} < {}", sqlite_time(*new));
                 }
             }
+        }
+    }
+
+    /// An instant column of the compact kind holds an integer on SQLite (8
+    /// bytes), reads back to the microsecond as the text form the other
+    /// columns hold, and compares in time order with an instant bound the
+    /// same way.
+    #[tokio::test]
+    async fn sqlite_instants_are_integers_read_back_to_the_microsecond() {
+        use sqlx::Connection;
+        let base: DateTime<Utc> = "2026-12-04T23:59:59Z".parse().unwrap();
+        let times: Vec<DateTime<Utc>> = [0, 1, 500_000, 999_999, 1_000_000, 86_400_000_001]
+            .iter()
+            .map(|&us| base + chrono::Duration::microseconds(us))
+            .collect();
+        let mut c = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        sqlx::query("CREATE TABLE t (at INTEGER NOT NULL)").execute(&mut c).await.unwrap();
+        for t in &times {
+            let a = sqlite_args(vec![Dialect::Sqlite.instant(*t)]);
+            sqlx::query_with("INSERT INTO t (at) VALUES ($1)", a).execute(&mut c).await.unwrap();
+        }
+        let read = format!("SELECT {} FROM t ORDER BY at", Dialect::Sqlite.instant_value("at"));
+        let back: Vec<String> = sqlx::query_scalar(&read).fetch_all(&mut c).await.unwrap();
+        assert_eq!(
+            back,
+            times.iter().map(|t| sqlite_time(*t)).collect::<Vec<_>>(),
+            "the text form, to the microsecond"
+        );
+        let back: Vec<DateTime<Utc>> = sqlx::query_scalar(&read).fetch_all(&mut c).await.unwrap();
+        assert_eq!(back, times);
+        let kinds: Vec<String> = sqlx::query_scalar("SELECT typeof(at) FROM t").fetch_all(&mut c).await.unwrap();
+        assert!(kinds.iter().all(|k| k == "integer"), "{kinds:?}");
+        for (i, t) in times.iter().enumerate() {
+            let a = sqlite_args(vec![Dialect::Sqlite.instant(*t)]);
+            let later: i64 =
+                sqlx::query_scalar_with("SELECT COUNT(*) FROM t WHERE at >= $1", a).fetch_one(&mut c).await.unwrap();
+            assert_eq!(later as usize, times.len() - i, "at >= {t}");
         }
     }
 }

@@ -48,7 +48,7 @@ pub use repairs::{NewRepair, RepairSummary};
 pub use retention::{Pruned, PRUNE_BATCH};
 pub use scans::expiry_sql;
 pub use staleness::CONSUMERS_SQL;
-pub use tokens::{AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOKENS_CHANGED};
+pub use tokens::{audit_page_sql, AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOKENS_CHANGED};
 
 use crate::changes::{Change, ChangeHub, Wake};
 use crate::clock::Clock;
@@ -473,6 +473,13 @@ impl SqlStore {
             token.wait().await;
         }
         Ok(())
+    }
+
+    fn dialect(&self) -> db::Dialect {
+        match self.backend {
+            Backend::Sqlite(..) => db::Dialect::Sqlite,
+            Backend::Postgres(_) => db::Dialect::Postgres,
+        }
     }
 
     pub fn backend(&self) -> &'static str {

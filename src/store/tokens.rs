@@ -1,5 +1,6 @@
 //! API tokens (hashes only) and the audit log.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -7,7 +8,7 @@ use serde::Serialize;
 use sqlx::types::Json;
 use tokio::sync::oneshot;
 
-use super::db::{args, placeholders, Arg};
+use super::db::{args, placeholders, Arg, Conn, Dialect};
 use super::{Page, Position, SqlStore};
 use crate::changes::Change;
 use crate::error::{Error, Result};
@@ -87,11 +88,18 @@ pub struct AuditQuery {
 /// either backend's limit on parameters per statement.
 const AUDIT_ROWS_PER_INSERT: usize = 500;
 
+/// Most names an instance keeps the `audit_names` number of in memory.
+const NAMES_KEPT: usize = 50_000;
+
 /// Audit rows waiting for the audit writer, in the order they were
 /// recorded (their ids follow it).
 #[derive(Default)]
 pub(super) struct AuditQueue {
     state: std::sync::Mutex<Queued>,
+    /// The number of each name (actor, action, method, dataset) in
+    /// `audit_names` this process has used. A name's number never changes,
+    /// so what is here is never stale.
+    names: std::sync::Mutex<HashMap<String, i64>>,
     /// Tests: the writer panics on its next turn, as a bug in it would.
     #[cfg(test)]
     panic_next: std::sync::atomic::AtomicBool,
@@ -115,6 +123,48 @@ impl AuditQueue {
     fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
         // Nothing panics while holding it; a poisoned queue is still whole.
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        // Nothing panics while holding it either.
+        self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The numbers of `names` this process knows, and the names it does not.
+    fn known<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> (HashMap<String, i64>, Vec<&'a str>) {
+        let known = self.names();
+        let (mut numbers, mut unknown) = (HashMap::new(), Vec::new());
+        for name in names {
+            match known.get(name) {
+                Some(&n) => drop(numbers.insert(name.to_owned(), n)),
+                None => unknown.push(name),
+            }
+        }
+        (numbers, unknown)
+    }
+
+    /// Reads the numbers of `names` that `audit_names` has into `numbers`,
+    /// and remembers them.
+    async fn look_up(&self, c: &mut Conn<'_>, names: &[&str], numbers: &mut HashMap<String, i64>) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "SELECT CAST(id AS BIGINT), name FROM audit_names WHERE name IN ({})",
+            placeholders(1, names.len())
+        );
+        let read: Vec<(i64, String)> = c.all(&sql, names.iter().map(|&n| Arg::from(n)).collect()).await?;
+        let mut known = self.names();
+        if known.len() + read.len() > NAMES_KEPT {
+            // Names come from requests, refused ones too: what is kept of
+            // them is bounded. Forgotten numbers are read again when used.
+            known.clear();
+        }
+        for (n, name) in read {
+            known.insert(name.clone(), n);
+            numbers.insert(name, n);
+        }
+        Ok(())
     }
 }
 
@@ -255,7 +305,8 @@ impl SqlStore {
     /// transaction ([`SqlStore::write_alone`]: one round trip on
     /// PostgreSQL); more, one transaction of such statements.
     async fn insert_audit(&self, batch: &[Pending]) -> Result<()> {
-        let mut inserts = audit_inserts(batch);
+        let numbers = self.audit_numbers(batch).await?;
+        let mut inserts = audit_inserts(self.dialect(), batch, &numbers);
         if inserts.len() == 1 {
             let (sql, a) = inserts.pop().expect("one insert");
             self.write_alone(&sql, a).await?;
@@ -268,30 +319,44 @@ impl SqlStore {
         Ok(tx.commit().await?)
     }
 
+    /// The number in `audit_names` of every name the rows of `batch` use,
+    /// from what this process knows; names it does not know yet are
+    /// stored (unless another replica did) and read back first, in a
+    /// transaction of their own: once per name and process.
+    async fn audit_numbers(&self, batch: &[Pending]) -> Result<HashMap<String, i64>> {
+        let used: BTreeSet<&str> = batch
+            .iter()
+            .flat_map(|p| &p.entries)
+            .flat_map(|e| [Some(&e.actor), Some(&e.action), Some(&e.method), e.dataset.as_ref()])
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        let (mut numbers, unknown) = self.audit.known(used);
+        if unknown.is_empty() {
+            return Ok(numbers);
+        }
+        let values: Vec<String> = (1..=unknown.len()).map(|i| format!("(${i})")).collect();
+        let mut tx = self.begin_write_under(&[]).await?;
+        let mut c = tx.conn();
+        c.exec(
+            &format!("INSERT INTO audit_names (name) VALUES {} ON CONFLICT (name) DO NOTHING", values.join(", ")),
+            unknown.iter().map(|&n| Arg::from(n)).collect(),
+        )
+        .await?;
+        self.audit.look_up(&mut c, &unknown, &mut numbers).await?;
+        tx.commit().await?;
+        match unknown.iter().find(|&&name| !numbers.contains_key(name)) {
+            Some(missing) => Err(anyhow::anyhow!("audit_names has no row for {missing:?} after storing it").into()),
+            None => Ok(numbers),
+        }
+    }
+
     pub async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>> {
-        let mut clauses = Vec::new();
-        let mut a: Vec<Arg> = Vec::new();
-        for (col, v) in [("actor", &q.actor), ("dataset", &q.dataset), ("action", &q.action)] {
-            if let Some(v) = v {
-                a.push(v.into());
-                clauses.push(format!("{col} = ${}", a.len()));
-            }
-        }
-        if let Some(since) = q.since {
-            a.push(since.into());
-            clauses.push(format!("at >= ${}", a.len()));
-        }
-        if let Some(id) = q.before_id {
-            a.push(id.into());
-            clauses.push(format!("id < ${}", a.len()));
-        }
-        let filter = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
-        let sql = format!(
-            "SELECT id, at, actor, request_id, action, method, path, dataset, status FROM audit {filter} \
-             ORDER BY id DESC LIMIT {}",
-            q.limit + 1
-        );
+        let filters = [&q.actor, &q.dataset, &q.action];
+        let (mut numbers, unknown) = self.audit.known(filters.into_iter().flatten().map(String::as_str));
         let mut r = self.read().await?;
+        self.audit.look_up(&mut r.conn(), &unknown, &mut numbers).await?;
+        let (sql, a) = audit_page_sql(self.dialect(), q, &numbers);
         let mut items: Vec<AuditRecord> = r.conn().all(&sql, a).await?;
         let more = items.len() as i64 > q.limit;
         items.truncate(q.limit as usize);
@@ -300,10 +365,70 @@ impl SqlStore {
     }
 }
 
+/// A page of the audit log, newest first: the rows of `audit_log`, their
+/// names looked up by number, and those of `audit` (written before
+/// migration 0019), merged by id. Each filter applies to both, by its
+/// number in `numbers` on `audit_log` (bound, so that the planner sees how
+/// common it is; a name `numbers` lacks was never stored and matches no
+/// row there). Each table is read along an index in id order, so a page
+/// stops after its rows.
+pub fn audit_page_sql(d: Dialect, q: &AuditQuery, numbers: &HashMap<String, i64>) -> (String, Vec<Arg>) {
+    let mut a: Vec<Arg> = Vec::new();
+    let (mut compact, mut old) = (Vec::new(), Vec::new());
+    for (column, value) in [("actor", &q.actor), ("dataset", &q.dataset), ("action", &q.action)] {
+        if let Some(v) = value {
+            a.push(numbers.get(v).copied().into());
+            compact.push(format!("l.{column} = ${}", a.len()));
+            a.push(v.into());
+            old.push(format!("{column} = ${}", a.len()));
+        }
+    }
+    if let Some(since) = q.since {
+        a.push(d.instant(since));
+        compact.push(format!("l.at >= ${}", a.len()));
+        a.push(since.into());
+        old.push(format!("at >= ${}", a.len()));
+    }
+    if let Some(id) = q.before_id {
+        a.push(id.into());
+        compact.push(format!("l.id < ${}", a.len()));
+        old.push(format!("id < ${}", a.len()));
+    }
+    let filter = |clauses: Vec<String>| {
+        if clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", clauses.join(" AND "))
+        }
+    };
+    // Each table's page is taken first: PostgreSQL sorts the union of the
+    // two pages, not of the two tables.
+    let sql = format!(
+        "SELECT * FROM (\
+            SELECT l.id AS id, {at} AS at, who.name AS actor, l.request_id AS request_id, what.name AS action, \
+                   how.name AS method, l.path AS path, ds.name AS dataset, l.status AS status \
+            FROM audit_log l JOIN audit_names who ON who.id = l.actor JOIN audit_names what ON what.id = l.action \
+                 JOIN audit_names how ON how.id = l.method LEFT JOIN audit_names ds ON ds.id = l.dataset{compact} \
+            ORDER BY l.id DESC LIMIT {limit}) AS compact \
+         UNION ALL \
+         SELECT * FROM (\
+            SELECT id, at, actor, request_id, action, method, path, dataset, status FROM audit{old} \
+            ORDER BY id DESC LIMIT {limit}) AS old \
+         ORDER BY id DESC LIMIT {limit}",
+        at = d.instant_value("l.at"),
+        compact = filter(compact),
+        old = filter(old),
+        limit = q.limit + 1
+    );
+    (sql, a)
+}
+
 /// The statements that append the rows of `batch` to the audit log, each
-/// an `INSERT … SELECT` of at most [`AUDIT_ROWS_PER_INSERT`] rows.
-fn audit_inserts(batch: &[Pending]) -> Vec<(String, Vec<Arg>)> {
+/// an `INSERT … SELECT` of at most [`AUDIT_ROWS_PER_INSERT`] rows, every
+/// name given by its number in `numbers`.
+fn audit_inserts(d: Dialect, batch: &[Pending], numbers: &HashMap<String, i64>) -> Vec<(String, Vec<Arg>)> {
     const COLUMNS: usize = 8;
+    let number = |name: &str| numbers.get(name).copied();
     let rows: Vec<(DateTime<Utc>, &AuditEntry)> =
         batch.iter().flat_map(|p| p.entries.iter().map(move |e| (p.at, e))).collect();
     rows.chunks(AUDIT_ROWS_PER_INSERT)
@@ -312,19 +437,19 @@ fn audit_inserts(batch: &[Pending]) -> Vec<(String, Vec<Arg>)> {
                 (0..chunk.len()).map(|r| format!("({})", placeholders(r * COLUMNS + 1, COLUMNS))).collect();
             let mut a: Vec<Arg> = Vec::with_capacity(chunk.len() * COLUMNS);
             for (at, e) in chunk {
+                a.push(d.instant(*at));
                 a.extend(args![
-                    *at,
-                    &e.actor,
+                    number(&e.actor),
+                    number(&e.action),
+                    number(&e.method),
+                    e.dataset.as_deref().and_then(number),
+                    i64::from(e.status),
                     &e.request_id,
-                    &e.action,
-                    &e.method,
-                    &e.path,
-                    e.dataset.clone(),
-                    i64::from(e.status)
+                    &e.path
                 ]);
             }
             let sql = format!(
-                "INSERT INTO audit (at, actor, request_id, action, method, path, dataset, status) \
+                "INSERT INTO audit_log (at, actor, action, method, dataset, status, request_id, path) \
                  SELECT * FROM (VALUES {}) AS v",
                 values.join(", ")
             );
@@ -378,5 +503,36 @@ mod tests {
         let rows: Vec<String> =
             store.list_audit(&q).await.expect("list").items.into_iter().map(|r| r.request_id).collect();
         assert_eq!(rows, vec!["r2".to_owned()]);
+    }
+
+    /// The names kept in memory are bounded: past [`NAMES_KEPT`] they are
+    /// forgotten, and a forgotten name's number is read again, not stored
+    /// twice.
+    #[tokio::test]
+    async fn the_names_kept_in_memory_are_bounded_and_forgotten_ones_read_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}", dir.path().join("audit.db").display());
+        let store = SqlStore::connect(&url, &DbOptions::default(), Arc::new(SystemClock)).await.expect("store");
+        store.record_audit(&[entry("r1")]).await.expect("written");
+        let names: Vec<(i64, String)> = {
+            let mut r = store.read().await.expect("read");
+            r.conn().all("SELECT CAST(id AS BIGINT), name FROM audit_names ORDER BY id", args![]).await.expect("names")
+        };
+        assert_eq!(names.len(), 4, "tester, batch.start, POST, d: {names:?}");
+        store.audit.names().extend((0..NAMES_KEPT).map(|i| (format!("filler-{i}"), -1)));
+
+        let mut other = entry("r2");
+        other.dataset = Some("e".into());
+        store.record_audit(&[other]).await.expect("written");
+        let kept = store.audit.names().len();
+        assert!(kept <= 1, "the full cache was dropped before the new name went in: {kept} kept");
+        let q = AuditQuery { limit: 10, ..AuditQuery::default() };
+        let rows = store.list_audit(&q).await.expect("list").items;
+        let seen: Vec<(&str, Option<&str>, &str)> =
+            rows.iter().map(|r| (r.request_id.as_str(), r.dataset.as_deref(), r.actor.as_str())).collect();
+        assert_eq!(seen, [("r2", Some("e"), "tester"), ("r1", Some("d"), "tester")]);
+        let mut r = store.read().await.expect("read");
+        let count: (i64,) = r.conn().one("SELECT COUNT(*) FROM audit_names", args![]).await.expect("count");
+        assert_eq!(count.0, 5, "only e was new");
     }
 }

@@ -110,6 +110,13 @@ impl TestApp {
         Some(Self::spawn_on(backend, db, clock, None, None).await)
     }
 
+    /// An instance on `db`, which the caller prepared (an older schema
+    /// with rows in it): starting applies the migrations it lacks.
+    pub async fn spawn_on_prepared(backend: Backend, db: TestDb) -> Self {
+        let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+        Self::spawn_on(backend, Arc::new(db), clock, None, None).await
+    }
+
     /// An instance whose settings `tweak` changes (`webhook_allow`, `retain`, …).
     pub async fn spawn_with(backend: Backend, tweak: impl Fn(&mut Settings) + Send + Sync + 'static) -> Option<Self> {
         let db = Arc::new(TestDb::create(backend).await?);

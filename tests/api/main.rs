@@ -9,6 +9,7 @@ mod auth_modes;
 mod bad_input;
 mod checks;
 mod cli;
+mod compact;
 mod concurrency;
 mod conformance;
 mod console;

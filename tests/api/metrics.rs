@@ -290,6 +290,11 @@ async fn a_commit_of_a_batch_started_here_reads_the_database_once(app: TestApp) 
     const OPERATIONS: &str = "batchgate_db_operations_total";
     let reads = |s: &Scrape| s.value(OPERATIONS, &[("kind", "read")]);
     let writes = |s: &Scrape| s.value(OPERATIONS, &[("kind", "write")]);
+    // The first commit an instance audits also stores the name of its
+    // action in `audit_names` (a write of its own, once per name and
+    // instance): one is made before the commit measured.
+    let first = app.start_ok("t", "d.once", "2026-08-23", &["dt=2026-08-23"]).await;
+    assert_eq!(app.commit(&first, &clean("dt=2026-08-23", 10)).await.0, StatusCode::OK);
     let id = app.start_ok("t", "d.once", DT, &[PART]).await;
     // A scrape reads the database gauges: what one costs is measured first.
     let (a, b) = (scrape(&app).await, scrape(&app).await);

@@ -4,9 +4,10 @@
 //! database without statistics, and on a seeded one after `ANALYZE`.
 
 use batchgate::domain::batch::BatchState;
-use batchgate::store::db::Dialect;
+use batchgate::store::db::{Arg, Dialect};
 use batchgate::store::{
-    baseline_sql, batch_page_sql, expiry_sql, BatchQuery, CONSUMERS_SQL, DOWNSTREAM_SQL, NEXT_SEQ_SQL,
+    audit_page_sql, baseline_sql, batch_page_sql, expiry_sql, AuditQuery, BatchQuery, CONSUMERS_SQL, DOWNSTREAM_SQL,
+    NEXT_SEQ_SQL,
 };
 use sqlx::{Connection, Row};
 
@@ -165,12 +166,113 @@ async fn commit_path_lineage_statements_seek_indexes(app: TestApp) {
     assert_eq!(app.ready("ds1", &["dt=2000-01-06"]).await.0, StatusCode::OK, "another day of ds1 is untouched");
 }
 
+/// 20,000 audit rows as the version before wrote them (`audit`, ids 1 to
+/// 20,000) and 20,000 by number after them (`audit_log`; `audit_names`
+/// ds0…ds49; ds1 is there already), then `ANALYZE`. The actor and the
+/// dataset `ds1` are rare (one row in a thousand): the pages the test reads.
+async fn seed_audit(app: &TestApp) {
+    let series = match app.backend {
+        Backend::Sqlite => "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)",
+        Backend::Postgres => "WITH n(i) AS (SELECT generate_series(1, 20000))",
+    };
+    let actor = "CASE WHEN i % 1000 = 0 THEN 'ds1' ELSE 'ds' || (2 + i % 48) END";
+    let dataset = "CASE WHEN i % 997 = 0 THEN 'ds1' ELSE 'ds' || (2 + i % 47) END";
+    let number = |name: &str| format!("(SELECT id FROM audit_names WHERE name = {name})");
+    app.sql(&format!(
+        "INSERT INTO audit_names (name) {series} SELECT 'ds' || (i - 1) FROM n WHERE i <= 50 AND i <> 2;
+         INSERT INTO audit_names (name) VALUES ('batch.start'), ('POST');
+         INSERT INTO audit (at, actor, request_id, action, method, path, dataset, status)
+             {series} SELECT '2026-01-01T00:00:00Z', {actor}, 'r' || i, 'batch.start', 'POST', '/v1/batches', {dataset}, 201 FROM n;
+         INSERT INTO audit_log (id, at, actor, action, method, dataset, status, request_id, path)
+             {series} SELECT 20000 + i, {at}, {actor_number}, {start}, {post}, {dataset_number}, 201, 'r' || i, '/v1/batches' FROM n;
+         ANALYZE;",
+        at = match app.backend {
+            Backend::Sqlite => "1767225600000000",
+            Backend::Postgres => "'2026-01-01T00:00:00Z'",
+        },
+        actor_number = number(actor),
+        dataset_number = number(dataset),
+        start = number("'batch.start'"),
+        post = number("'POST'"),
+    ))
+    .await;
+}
+
+/// `sql` with its parameters `args` written in as literals.
+fn with_args(sql: &str, args: Vec<Arg>) -> String {
+    let literals: Vec<String> = args
+        .into_iter()
+        .map(|a| match a {
+            Arg::Int(Some(n)) => n.to_string(),
+            Arg::Text(Some(t)) => format!("'{}'", t.replace('\'', "''")),
+            other => panic!("no literal for {other:?} here"),
+        })
+        .collect();
+    literals.iter().enumerate().rev().fold(sql.to_owned(), |s, (i, l)| s.replace(&format!("${}", i + 1), l))
+}
+
+/// `GET /v1/audit?actor=…` and `?dataset=…`: each of the two tables the
+/// log is read from (migration 0019) is sought on its index of that
+/// filter, newest first.
+async fn a_page_of_the_audit_log_seeks_indexes(app: TestApp) {
+    let dialect = dialect(app.backend);
+    // The page the service reads, its filter's number bound as it binds it.
+    app.sql("INSERT INTO audit_names (name) VALUES ('ds1')").await;
+    let ds1 = app.sql_count("SELECT CAST(id AS BIGINT) FROM audit_names WHERE name = 'ds1'").await;
+    let numbers = std::collections::HashMap::from([("ds1".to_owned(), ds1)]);
+    let page = |q: AuditQuery| {
+        let (sql, args) = audit_page_sql(dialect, &AuditQuery { limit: 100, ..q }, &numbers);
+        with_args(&sql, args)
+    };
+    let by_actor = page(AuditQuery { actor: Some("ds1".into()), ..AuditQuery::default() });
+    let by_dataset = page(AuditQuery { dataset: Some("ds1".into()), ..AuditQuery::default() });
+    // SQLite's `SCAN compact` and `SCAN old` read the two pages taken, not a table.
+    let reads_a_table = |line: &String| match app.backend {
+        Backend::Sqlite => ["SCAN l", "SCAN audit", "SCAN who", "SCAN what", "SCAN how", "SCAN ds"]
+            .iter()
+            .any(|scan| line.trim_start_matches(['|', '`', '-', ' ']).starts_with(scan)),
+        Backend::Postgres => full_scan(app.backend, line),
+    };
+    for when in ["fresh database, no statistics", "40,000 audit rows, after ANALYZE"] {
+        if when.starts_with("40,000") {
+            seed_audit(&app).await;
+        }
+        for (filter, sql, indexes) in [
+            ("actor", &by_actor, ["audit_log_actor", "audit_actor"]),
+            ("dataset", &by_dataset, ["audit_log_dataset", "audit_dataset"]),
+        ] {
+            let lines = plan(&app, sql).await;
+            let text = lines.join("\n");
+            assert!(!lines.iter().any(reads_a_table), "the page by {filter} ({when}) scans a table:\n{text}");
+            for index in indexes {
+                assert!(text.contains(index), "the page by {filter} ({when}) does not seek {index}:\n{text}");
+            }
+        }
+        if app.backend == Backend::Postgres {
+            let text = plan(&app, &page(AuditQuery::default())).await.join("\n");
+            for key in ["audit_log_pkey", "audit_pkey"] {
+                assert!(
+                    text.contains(&format!("Index Scan Backward using {key}")),
+                    "the unfiltered page ({when}) does not walk {key} down:\n{text}"
+                );
+            }
+        }
+    }
+    let (status, listed) = app.get("/v1/audit?actor=ds1&limit=100").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let items = listed["items"].as_array().expect("items");
+    assert_eq!(items.len(), 40, "20 rows of each table");
+    assert!(items.iter().all(|i| i["actor"] == "ds1" && i["action"] == "batch.start"), "{listed}");
+    assert!(items[..20].iter().all(|i| i["id"].as_i64() > Some(20_000)), "the newer table's rows come first");
+}
+
 on_both_backends!(
     commit_path_lineage_statements_seek_indexes,
     the_volume_baseline_seeks_the_index_of_its_key,
     a_page_of_batch_history_seeks_indexes,
     a_page_of_a_large_dataset_seeks_its_index,
-    a_task_s_batches_of_a_date_are_found_by_its_sequence_key
+    a_task_s_batches_of_a_date_are_found_by_its_sequence_key,
+    a_page_of_the_audit_log_seeks_indexes
 );
 
 /// A task's batches of one date (`GET /v1/batches?task=…&dt=…`, the
@@ -280,7 +382,7 @@ async fn a_page_of_a_large_dataset_seeks_its_index(app: TestApp) {
 /// The registry's tables that grow with it: no statement of the start,
 /// commit and fail path may read one of them whole.
 const GROWING: &str = "'batches', 'task_produce_log', 'partitions', 'batch_inputs', 'batch_events', 'changes', \
-     'alerts', 'audit', 'outbox'";
+     'alerts', 'audit', 'audit_log', 'outbox'";
 
 /// Sequential scans of each growing table so far, once every other session
 /// of the database has ended (a session hands its counters over at exit;

@@ -1,0 +1,192 @@
+//! Compact rows (issue 14): the audit log names its actor, action, method and
+//! dataset by number (`audit_names`) and, on SQLite, keeps its time as an
+//! integer. A registry upgraded from before (migration 0019) keeps its
+//! audit rows where they were, and the log lists both as one.
+
+use std::str::FromStr;
+
+use batchgate::clock::Clock;
+use chrono::{DateTime, SubsecRound, Utc};
+use reqwest::StatusCode;
+use serde_json::Value;
+use sqlx::migrate::Migrator;
+use sqlx::Connection;
+
+use crate::helpers::{clean, enc, Backend, TestApp, TestDb};
+use crate::per_backend;
+
+/// The last migration before the audit log went by number.
+const BEFORE_COMPACT_AUDIT: i64 = 18;
+
+/// The audit rows an older version wrote (`audit`): time, actor, request
+/// id, action, dataset. Their ids are the sequence's first.
+const OLD_ROWS: &[(&str, &str, &str, &str, Option<&str>)] = &[
+    ("2026-01-01T00:00:00.000001Z", "old-etl", "old-1", "batch.start", Some("d.shared")),
+    ("2026-01-01T00:00:01.999999Z", "old-etl", "old-2", "batch.commit", Some("d.gone")),
+    ("2026-01-01T00:00:02.500000Z", "admin", "old-3", "token.create", None),
+];
+
+/// Applies the migrations up to [`BEFORE_COMPACT_AUDIT`] to `db`, as the
+/// version before left it, and writes [`OLD_ROWS`] into its `audit`.
+async fn registry_before_compact_audit(backend: Backend, db: &TestDb) {
+    let dir = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    // The migrations up to that one, as the version before shipped them.
+    let older = tempfile::tempdir().expect("temp dir");
+    let all = std::fs::read_dir(format!("{}/migrations/{dir}", env!("CARGO_MANIFEST_DIR"))).expect("migrations");
+    for file in all.map(|f| f.expect("migration").path()) {
+        let name = file.file_name().and_then(|n| n.to_str()).expect("name").to_owned();
+        let version: i64 = name.split('_').next().and_then(|v| v.parse().ok()).expect("numbered");
+        if version <= BEFORE_COMPACT_AUDIT {
+            std::fs::copy(&file, older.path().join(name)).expect("copy");
+        }
+    }
+    let migrator = Migrator::new(older.path()).await.expect("migrations");
+    assert_eq!(migrator.iter().count(), 16, "0001-0006 and 0009-0018");
+    let insert = "INSERT INTO audit (at, actor, request_id, action, method, path, dataset, status) \
+                  VALUES ($1, $2, $3, $4, 'POST', '/v1/old', $5, 200)";
+    match backend {
+        Backend::Sqlite => {
+            let options = sqlx::sqlite::SqliteConnectOptions::from_str(&db.url).expect("url").create_if_missing(true);
+            let mut c = sqlx::SqliteConnection::connect_with(&options).await.expect("sqlite");
+            migrator.run(&mut c).await.expect("migrate to 0018");
+            for &(at, actor, request, action, dataset) in OLD_ROWS {
+                // The form the version before wrote SQLite's times in.
+                let at: DateTime<Utc> = at.parse().expect("time");
+                let at = at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+                sqlx::query(insert)
+                    .bind(at)
+                    .bind(actor)
+                    .bind(request)
+                    .bind(action)
+                    .bind(dataset)
+                    .execute(&mut c)
+                    .await
+                    .expect("old row");
+            }
+        }
+        Backend::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&db.url).await.expect("postgres");
+            migrator.run(&mut c).await.expect("migrate to 0018");
+            for &(at, actor, request, action, dataset) in OLD_ROWS {
+                let at: DateTime<Utc> = at.parse().expect("time");
+                sqlx::query(insert)
+                    .bind(at)
+                    .bind(actor)
+                    .bind(request)
+                    .bind(action)
+                    .bind(dataset)
+                    .execute(&mut c)
+                    .await
+                    .expect("old row");
+            }
+        }
+    }
+}
+
+fn field<'a>(row: &'a Value, key: &str) -> &'a str {
+    row[key].as_str().unwrap_or_default()
+}
+
+/// Every row of `/v1/audit?{query}`, page by page (`limit=2`), by cursor.
+async fn all_pages(app: &TestApp, query: &str) -> Vec<Value> {
+    let mut rows = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let after = cursor.as_deref().map(|c| format!("&cursor={}", enc(c))).unwrap_or_default();
+        let (status, page) = app.get(&format!("/v1/audit?limit=2&{query}{after}")).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        rows.extend(page["items"].as_array().expect("items").iter().cloned());
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return rows,
+        }
+    }
+}
+
+async fn an_upgraded_audit_log_lists_the_rows_before_and_after_as_one(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else { return };
+    registry_before_compact_audit(backend, &db).await;
+    let app = TestApp::spawn_on_prepared(backend, db).await;
+
+    // Written by this version: a start and a commit of d.shared.
+    let id = app.start_ok("t", "d.shared", "2026-08-24", &["dt=2026-08-24"]).await;
+    let (status, body) = app.commit(&id, &clean("dt=2026-08-24", 10)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let written_at = app.clock.now().trunc_subsecs(6);
+
+    let (status, page) = app.get("/v1/audit?limit=100").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let rows = page["items"].as_array().expect("items");
+    let requests: Vec<&str> = rows.iter().map(|r| field(r, "request_id")).collect();
+    assert_eq!(requests.len(), 5, "two new rows and the three old ones: {page}");
+    assert_eq!(&requests[2..], ["old-3", "old-2", "old-1"], "the old rows after the new, newest first");
+    let ids: Vec<i64> = rows.iter().map(|r| r["id"].as_i64().expect("id")).collect();
+    assert!(ids.windows(2).all(|w| w[0] > w[1]), "ids go down across both tables: {ids:?}");
+    assert_eq!((field(&rows[0], "action"), field(&rows[1], "action")), ("batch.commit", "batch.start"));
+    for new in &rows[..2] {
+        assert_eq!(
+            (field(new, "actor"), field(new, "method"), field(new, "dataset")),
+            ("anonymous", "POST", "d.shared")
+        );
+        // The time the store wrote, to the microsecond (an integer on SQLite).
+        let at: DateTime<Utc> = field(new, "at").parse().expect("at");
+        assert_eq!(at, written_at, "{new}");
+    }
+    assert_eq!(field(&rows[1], "path"), "/v1/batches");
+    assert_eq!(field(&rows[0], "path"), format!("/v1/batches/{id}/commit"));
+    assert_eq!(rows[0]["status"], 200);
+    for (row, (at, actor, _, action, dataset)) in rows[2..].iter().rev().zip(OLD_ROWS) {
+        let (listed, old): (DateTime<Utc>, DateTime<Utc>) =
+            (field(row, "at").parse().expect("at"), at.parse().expect("at"));
+        assert_eq!(listed, old, "{row}");
+        assert_eq!((field(row, "actor"), field(row, "action")), (*actor, *action));
+        assert_eq!(row["dataset"].as_str(), *dataset, "{row}");
+        assert_eq!((field(row, "method"), field(row, "path"), row["status"].as_i64()), ("POST", "/v1/old", Some(200)));
+    }
+
+    // Each filter applies to both tables; pages of two cross from one to the other.
+    let requests_of = |rows: Vec<Value>| rows.iter().map(|r| field(r, "request_id").to_owned()).collect::<Vec<_>>();
+    let everything = requests_of(all_pages(&app, "").await);
+    assert_eq!(everything, requests, "paging by cursor gives the same rows");
+    let shared = requests_of(all_pages(&app, "dataset=d.shared").await);
+    assert_eq!(&shared[2..], ["old-1"], "{shared:?}");
+    assert_eq!(shared.len(), 3, "{shared:?}");
+    assert_eq!(requests_of(all_pages(&app, "dataset=d.gone").await), ["old-2"]);
+    assert_eq!(requests_of(all_pages(&app, "actor=old-etl").await), ["old-2", "old-1"]);
+    assert_eq!(requests_of(all_pages(&app, "actor=anonymous").await), requests[..2]);
+    let starts = requests_of(all_pages(&app, "action=batch.start").await);
+    assert_eq!((starts.len(), starts[1].as_str()), (2, "old-1"), "{starts:?}");
+    let since = requests_of(all_pages(&app, &format!("since={}", enc("2026-01-01T00:00:01.999999Z"))).await);
+    assert_eq!(&since[2..], ["old-3", "old-2"], "since is inclusive, on both tables: {since:?}");
+    assert_eq!(since.len(), 4, "{since:?}");
+    let future = (written_at + chrono::Duration::microseconds(1)).to_rfc3339();
+    assert!(all_pages(&app, &format!("since={}", enc(&future))).await.is_empty(), "nothing after the last write");
+    assert!(all_pages(&app, "actor=nobody").await.is_empty(), "an actor never seen matches nothing");
+
+    // The new rows went to `audit_log` by number; nothing writes `audit` any more.
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit").await, 3);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_log").await, 2);
+    let names = "SELECT COUNT(*) FROM audit_names WHERE name IN ('anonymous', 'batch.start', 'batch.commit', 'POST', 'd.shared')";
+    assert_eq!(app.sql_count(names).await, 5, "each name once");
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names").await, 5, "only the names used");
+    if backend == Backend::Sqlite {
+        assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_log WHERE typeof(at) = 'integer'").await, 2);
+    }
+
+    // A restarted instance (its names not in memory) goes on numbering the same way.
+    let app = app.restart().await;
+    let id = app.start_ok("t", "d.shared", "2026-08-25", &["dt=2026-08-25"]).await;
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names").await, 5, "names found, not stored again");
+    let (_, page) = app.get("/v1/audit?limit=1").await;
+    assert_eq!((field(&page["items"][0], "action"), field(&page["items"][0], "dataset")), ("batch.start", "d.shared"));
+    assert!(!id.is_empty());
+}
+
+per_backend! {
+    an_upgraded_audit_log_lists_the_rows_before_and_after_as_one
+        => sqlite_an_upgraded_audit_log_lists_the_rows_before_and_after_as_one,
+           postgres_an_upgraded_audit_log_lists_the_rows_before_and_after_as_one;
+}
