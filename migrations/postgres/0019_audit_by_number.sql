@@ -26,6 +26,8 @@ CREATE TABLE audit_log (
     request_id TEXT NOT NULL,
     path       TEXT NOT NULL
 );
+-- `audit_log` depends on `audit`'s sequence from here on: whoever drops
+-- `audit` one day gives `audit_log` a sequence of its own first.
 DO $$
 BEGIN
     EXECUTE format('ALTER TABLE audit_log ALTER COLUMN id SET DEFAULT nextval(%L)', pg_get_serial_sequence('audit', 'id'));

@@ -9,8 +9,10 @@
 -- the log is read from both tables (store::tokens::audit_page_sql), so no
 -- table is rewritten. `audit_log` numbers its rows on from `audit`'s last
 -- id, so ids keep their order across the two and cursors stay valid.
+-- AUTOINCREMENT: a number is never given twice, not even one whose insert
+-- was rolled back (an instance may have seen it).
 CREATE TABLE audit_names (
-    id   INTEGER PRIMARY KEY,
+    id   INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL UNIQUE
 );
 

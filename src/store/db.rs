@@ -252,9 +252,15 @@ impl Dialect {
     /// as a `DateTime<Utc>` to the microsecond.
     pub fn instant_value(self, col: &str) -> String {
         match self {
-            Dialect::Sqlite => format!(
-                "(strftime('%Y-%m-%dT%H:%M:%S', {col} / 1000000, 'unixepoch') || printf('.%06dZ', {col} % 1000000))"
-            ),
+            // SQLite's `/` and `%` round toward zero: the fraction is
+            // taken modulo a second upwards, so times before 1970 read too.
+            Dialect::Sqlite => {
+                let fraction = format!("(({col} % 1000000 + 1000000) % 1000000)");
+                format!(
+                    "(strftime('%Y-%m-%dT%H:%M:%S', ({col} - {fraction}) / 1000000, 'unixepoch') \
+                     || printf('.%06dZ', {fraction}))"
+                )
+            }
             Dialect::Postgres => col.to_owned(),
         }
     }
@@ -608,10 +614,13 @@ mod tests {
     async fn sqlite_instants_are_integers_read_back_to_the_microsecond() {
         use sqlx::Connection;
         let base: DateTime<Utc> = "2026-12-04T23:59:59Z".parse().unwrap();
-        let times: Vec<DateTime<Utc>> = [0, 1, 500_000, 999_999, 1_000_000, 86_400_000_001]
+        let mut times: Vec<DateTime<Utc>> = [0, 1, 500_000, 999_999, 1_000_000, 86_400_000_001]
             .iter()
             .map(|&us| base + chrono::Duration::microseconds(us))
             .collect();
+        // Before 1970 (never written by the clock, but read the same way).
+        let epoch = DateTime::<Utc>::UNIX_EPOCH;
+        times.splice(0..0, [-1_000_001, -1, 0].map(|us| epoch + chrono::Duration::microseconds(us)));
         let mut c = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
         sqlx::query("CREATE TABLE t (at INTEGER NOT NULL)").execute(&mut c).await.unwrap();
         for t in &times {

@@ -162,6 +162,8 @@ async fn an_upgraded_audit_log_lists_the_rows_before_and_after_as_one(backend: B
     let since = requests_of(all_pages(&app, &format!("since={}", enc("2026-01-01T00:00:01.999999Z"))).await);
     assert_eq!(&since[2..], ["old-3", "old-2"], "since is inclusive, on both tables: {since:?}");
     assert_eq!(since.len(), 4, "{since:?}");
+    let at_last = requests_of(all_pages(&app, &format!("since={}", enc(&written_at.to_rfc3339()))).await);
+    assert_eq!(at_last, requests[..2], "since the instant of the last write: both of its rows");
     let future = (written_at + chrono::Duration::microseconds(1)).to_rfc3339();
     assert!(all_pages(&app, &format!("since={}", enc(&future))).await.is_empty(), "nothing after the last write");
     assert!(all_pages(&app, "actor=nobody").await.is_empty(), "an actor never seen matches nothing");
@@ -176,10 +178,14 @@ async fn an_upgraded_audit_log_lists_the_rows_before_and_after_as_one(backend: B
         assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_log WHERE typeof(at) = 'integer'").await, 2);
     }
 
-    // A restarted instance (its names not in memory) goes on numbering the same way.
+    // A restarted instance (its names not in memory) reads their numbers:
+    // a start is its own write and its audit row's, nothing more.
     let app = app.restart().await;
+    let writes = |s: &crate::metrics::Scrape| s.value("batchgate_db_operations_total", &[("kind", "write")]);
+    let before = writes(&crate::metrics::scrape(&app).await);
     let id = app.start_ok("t", "d.shared", "2026-08-25", &["dt=2026-08-25"]).await;
-    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names").await, 5, "names found, not stored again");
+    assert_eq!(writes(&crate::metrics::scrape(&app).await) - before, 2.0, "no name stored again");
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names").await, 5);
     let (_, page) = app.get("/v1/audit?limit=1").await;
     assert_eq!((field(&page["items"][0], "action"), field(&page["items"][0], "dataset")), ("batch.start", "d.shared"));
     assert!(!id.is_empty());
@@ -189,4 +195,35 @@ per_backend! {
     an_upgraded_audit_log_lists_the_rows_before_and_after_as_one
         => sqlite_an_upgraded_audit_log_lists_the_rows_before_and_after_as_one,
            postgres_an_upgraded_audit_log_lists_the_rows_before_and_after_as_one;
+}
+
+/// The number of a name whose insert was rolled back names nothing: it is
+/// not remembered, and the next write of that name stores it again. The
+/// fault is injected at `COMMIT` (a deferred trigger that refuses once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_name_whose_insert_was_rolled_back_is_stored_again() {
+    let Some(app) = TestApp::spawn(Backend::Postgres).await else { return };
+    app.sql(
+        "CREATE SEQUENCE name_faults; \
+         CREATE FUNCTION refuse_a_name() RETURNS trigger AS $$ BEGIN \
+           IF NEW.name = 'd.rolled' AND nextval('name_faults') = 1 THEN RAISE EXCEPTION 'injected at commit'; END IF; \
+           RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE CONSTRAINT TRIGGER refuse_a_name AFTER INSERT ON audit_names DEFERRABLE INITIALLY DEFERRED \
+           FOR EACH ROW EXECUTE FUNCTION refuse_a_name();",
+    )
+    .await;
+    // The write stands; its audit row could not be stored (the log says so).
+    app.start_ok("t", "d.rolled", "2026-08-24", &["dt=2026-08-24"]).await;
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names WHERE name = 'd.rolled'").await, 0);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_log").await, 0);
+
+    app.start_ok("t", "d.rolled", "2026-08-25", &["dt=2026-08-25"]).await;
+    let (status, page) = app.get("/v1/audit?dataset=d.rolled").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let rows = page["items"].as_array().expect("items");
+    assert_eq!(rows.len(), 1, "the second start's row, under its dataset's stored number: {page}");
+    assert_eq!((field(&rows[0], "action"), field(&rows[0], "dataset")), ("batch.start", "d.rolled"));
+    let dangling =
+        "SELECT COUNT(*) FROM audit_log l WHERE NOT EXISTS (SELECT 1 FROM audit_names n WHERE n.id = l.dataset)";
+    assert_eq!(app.sql_count(dangling).await, 0, "no row refers to a number that names nothing");
 }
