@@ -45,43 +45,30 @@ async fn registry_before_compact_audit(backend: Backend, db: &TestDb) {
     }
     let migrator = Migrator::new(older.path()).await.expect("migrations");
     assert_eq!(migrator.iter().count(), 16, "0001-0006 and 0009-0018");
-    let insert = "INSERT INTO audit (at, actor, request_id, action, method, path, dataset, status) \
-                  VALUES ($1, $2, $3, $4, 'POST', '/v1/old', $5, 200)";
+    // The times as text in the form the version before wrote SQLite's in
+    // (PostgreSQL reads the same text as a timestamptz).
+    let quoted = |v: Option<&str>| v.map_or("NULL".to_owned(), |v| format!("'{v}'"));
+    let rows: Vec<String> = OLD_ROWS
+        .iter()
+        .map(|&(at, actor, request, action, dataset)| {
+            format!("('{at}', '{actor}', '{request}', '{action}', 'POST', '/v1/old', {}, 200)", quoted(dataset))
+        })
+        .collect();
+    let insert = format!(
+        "INSERT INTO audit (at, actor, request_id, action, method, path, dataset, status) VALUES {}",
+        rows.join(", ")
+    );
     match backend {
         Backend::Sqlite => {
             let options = sqlx::sqlite::SqliteConnectOptions::from_str(&db.url).expect("url").create_if_missing(true);
             let mut c = sqlx::SqliteConnection::connect_with(&options).await.expect("sqlite");
             migrator.run(&mut c).await.expect("migrate to 0018");
-            for &(at, actor, request, action, dataset) in OLD_ROWS {
-                // The form the version before wrote SQLite's times in.
-                let at: DateTime<Utc> = at.parse().expect("time");
-                let at = at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-                sqlx::query(insert)
-                    .bind(at)
-                    .bind(actor)
-                    .bind(request)
-                    .bind(action)
-                    .bind(dataset)
-                    .execute(&mut c)
-                    .await
-                    .expect("old row");
-            }
+            sqlx::raw_sql(&insert).execute(&mut c).await.expect("old rows");
         }
         Backend::Postgres => {
             let mut c = sqlx::PgConnection::connect(&db.url).await.expect("postgres");
             migrator.run(&mut c).await.expect("migrate to 0018");
-            for &(at, actor, request, action, dataset) in OLD_ROWS {
-                let at: DateTime<Utc> = at.parse().expect("time");
-                sqlx::query(insert)
-                    .bind(at)
-                    .bind(actor)
-                    .bind(request)
-                    .bind(action)
-                    .bind(dataset)
-                    .execute(&mut c)
-                    .await
-                    .expect("old row");
-            }
+            sqlx::raw_sql(&insert).execute(&mut c).await.expect("old rows");
         }
     }
 }
