@@ -97,8 +97,8 @@ const NAMES_KEPT: usize = 50_000;
 pub(super) struct AuditQueue {
     state: std::sync::Mutex<Queued>,
     /// The number of each name (actor, action, method, dataset) in
-    /// `audit_names` this process has used. A name's number never changes,
-    /// so what is here is never stale.
+    /// `audit_names` this process has read or stored, once committed. A
+    /// name's number never changes, so what is here is never stale.
     names: std::sync::Mutex<HashMap<String, i64>>,
     /// Tests: the writer panics on its next turn, as a bug in it would.
     #[cfg(test)]
