@@ -79,18 +79,7 @@ fn field<'a>(row: &'a Value, key: &str) -> &'a str {
 
 /// Every row of `/v1/audit?{query}`, page by page (`limit=2`), by cursor.
 async fn all_pages(app: &TestApp, query: &str) -> Vec<Value> {
-    let mut rows = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let after = cursor.as_deref().map(|c| format!("&cursor={}", enc(c))).unwrap_or_default();
-        let (status, page) = app.get(&format!("/v1/audit?limit=2&{query}{after}")).await;
-        assert_eq!(status, StatusCode::OK, "{page}");
-        rows.extend(page["items"].as_array().expect("items").iter().cloned());
-        match page["next_cursor"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => return rows,
-        }
-    }
+    app.all_pages(&format!("/v1/audit?limit=2&{query}")).await
 }
 
 async fn an_upgraded_audit_log_lists_the_rows_before_and_after_as_one(backend: Backend) {

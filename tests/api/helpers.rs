@@ -466,6 +466,22 @@ macro_rules! per_backend {
 }
 
 impl TestApp {
+    /// `GET path` (with a query already), then each page after it by
+    /// `next_cursor`, to the end: every item.
+    pub async fn all_pages(&self, path: &str) -> Vec<Value> {
+        let mut items = Vec::new();
+        let mut url = path.to_owned();
+        loop {
+            let (status, page) = self.get(&url).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            items.extend(page["items"].as_array().unwrap().iter().cloned());
+            match page["next_cursor"].as_str() {
+                Some(c) => url = format!("{path}&cursor={}", enc(c)),
+                None => return items,
+            }
+        }
+    }
+
     /// The service's current time, RFC 3339.
     pub fn clock_now(&self) -> String {
         self.clock.now().to_rfc3339()

@@ -14,21 +14,6 @@ on_both_backends!(
     a_listed_batch_is_its_record_without_events_byte_for_byte,
 );
 
-/// Follows `next_cursor` to the end; returns every item.
-async fn all_pages(app: &TestApp, path: &str) -> Vec<Value> {
-    let mut items = Vec::new();
-    let mut url = path.to_owned();
-    loop {
-        let (status, page) = app.get(&url).await;
-        assert_eq!(status, StatusCode::OK, "{page}");
-        items.extend(page["items"].as_array().unwrap().iter().cloned());
-        match page["next_cursor"].as_str() {
-            Some(c) => url = format!("{path}&cursor={}", enc(c)),
-            None => return items,
-        }
-    }
-}
-
 async fn batch_history_pages_newest_first_without_gaps(app: TestApp) {
     for day in 10..=21 {
         let dt = format!("2026-08-{day}");
@@ -38,7 +23,7 @@ async fn batch_history_pages_newest_first_without_gaps(app: TestApp) {
     app.post(&format!("/v1/batches/{failing}/fail"), &serde_json::json!({"stage": "compute", "category": "logic"}))
         .await;
 
-    let items = all_pages(&app, "/v1/batches?task=hist&limit=5").await;
+    let items = app.all_pages("/v1/batches?task=hist&limit=5").await;
     assert_eq!(items.len(), 12);
     let dts: Vec<&str> = items.iter().map(|b| b["dt"].as_str().unwrap()).collect();
     let mut sorted = dts.clone();
@@ -52,7 +37,7 @@ async fn batch_history_pages_newest_first_without_gaps(app: TestApp) {
     assert_eq!(failed["items"][0]["batch_id"], failing.as_str());
     // Published batches are not in the state index (migration 0015): the
     // same pages, by the primary key.
-    let published = all_pages(&app, "/v1/batches?state=published&limit=5").await;
+    let published = app.all_pages("/v1/batches?state=published&limit=5").await;
     let ids: Vec<&str> = published.iter().map(|b| b["batch_id"].as_str().unwrap()).collect();
     let hist: Vec<&str> = items.iter().map(|b| b["batch_id"].as_str().unwrap()).collect();
     assert_eq!(ids, hist, "every published batch once, newest first");
@@ -74,7 +59,7 @@ async fn partitions_list_their_standing_by_date(app: TestApp) {
         }
     }
     app.start_ok("p", "d.parts", "2026-08-20", &["dt=2026-08-20/region=cn"]).await;
-    let items = all_pages(&app, "/v1/partitions?dataset=d.parts&limit=3").await;
+    let items = app.all_pages("/v1/partitions?dataset=d.parts&limit=3").await;
     assert_eq!(items.len(), 21);
     assert_eq!(items[0]["partition"], "dt=2026-08-20/region=cn");
     assert_eq!(items[0]["state"], "running");
@@ -82,7 +67,7 @@ async fn partitions_list_their_standing_by_date(app: TestApp) {
     assert_eq!(items[1]["state"], "ready");
     assert_eq!(items[1]["row_count"], 7);
     assert!(items[1]["published_at"].is_string());
-    let window = all_pages(&app, "/v1/partitions?dataset=d.parts&from=2026-08-12&to=2026-08-13").await;
+    let window = app.all_pages("/v1/partitions?dataset=d.parts&from=2026-08-12&to=2026-08-13").await;
     assert_eq!(window.len(), 4);
     assert!(window.iter().all(|p| p["dt"] == "2026-08-12" || p["dt"] == "2026-08-13"));
 }
