@@ -477,6 +477,7 @@ impl SqlStore {
         let mut all = vec![Change { dataset: b.dataset.clone(), partitions: Some(changed) }];
         all.extend(ripple.changes);
         self.finish_announced(tx, all, Wake::Waiters, announced).await?;
+        self.names.learn(ripple.learned);
         self.metrics.decided(&logged);
         self.record_decision(batch_id).await
     }

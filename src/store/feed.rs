@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::types::Json;
 
-use super::db::{args, Conn};
+use super::db::{args, Arg, Conn, Dialect};
 use super::events::ChangeDetail;
 use super::outbox::{self, NewChange};
 use super::staleness::Ripple;
@@ -48,13 +48,27 @@ pub(super) async fn emit(
     // (already taken, before its first dependent write, on the paths that
     // change the feed).
     lock(c, ripple).await?;
-    let (id,): (i64,) = c
+    let dataset_number = match ripple.names.get(dataset) {
+        Some(n) => n,
+        None => {
+            let n = super::names::number_within(c, dataset).await?;
+            ripple.learned.push((n, dataset.to_owned()));
+            n
+        }
+    };
+    let stored_detail = (detail != ChangeDetail::default()).then_some(Json(&detail));
+    let (id, batch): (i64, Option<i64>) = c
         .one(
-            "INSERT INTO changes (kind, dataset, partition_spec, version, batch_id, at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-             RETURNING id",
-            args![kind, dataset, partition, version, batch_id, now, Json(&detail)],
+            "INSERT INTO change_log (at, kind, dataset, partition_spec, version, batch, detail) \
+             VALUES ($1, (SELECT id FROM audit_names WHERE name = $2), $3, $4, $5, \
+                     (SELECT id FROM batches WHERE batch_id = $6), $7) \
+             RETURNING id, batch",
+            args![c.dialect().instant(now), kind, dataset_number, partition, version, batch_id, stored_detail],
         )
         .await?;
+    if batch_id.is_some() && batch.is_none() {
+        return Err(anyhow::anyhow!("the change feed names batch {batch_id:?}, which no row of batches has").into());
+    }
     let change = NewChange { id, kind: kind.as_str(), dataset, partition, version, batch_id, detail: &detail, at: now };
     outbox::on_change(c, ripple, policy, change).await
 }
@@ -81,23 +95,48 @@ impl super::SqlStore {
     /// Readiness changes after feed position `after`, in commit order.
     pub async fn list_changes(&self, after: i64, dataset: Option<&str>, limit: i64) -> Result<Vec<ChangeRecord>> {
         let mut r = self.read().await?;
-        let cols = "id, kind, dataset, partition_spec, version, batch_id, at, detail";
-        Ok(match dataset {
-            Some(d) => {
-                r.conn()
-                    .all(
-                        &format!("SELECT {cols} FROM changes WHERE id > $1 AND dataset = $2 ORDER BY id LIMIT {limit}"),
-                        args![after, d],
-                    )
-                    .await?
-            }
-            None => {
-                r.conn()
-                    .all(&format!("SELECT {cols} FROM changes WHERE id > $1 ORDER BY id LIMIT {limit}"), args![after])
-                    .await?
-            }
-        })
+        let numbers = self.stored_numbers(&mut r.conn(), &dataset.into_iter().collect::<Vec<_>>()).await?;
+        let (sql, a) = changes_page_sql(self.dialect(), after, dataset.map(|d| (d, numbers.get(d).copied())), limit);
+        Ok(r.conn().all(&sql, a).await?)
     }
+}
+
+/// A page of the feed, oldest first, after id `after`: the rows of
+/// `change_log`, their names looked up by number, and those of `changes`
+/// (written before migration 0020), merged by id. `dataset` is the
+/// dataset's name and its number (none: never stored, so no row of
+/// `change_log` has it). Each table is read along an index in id order,
+/// so a page stops after its rows.
+pub fn changes_page_sql(
+    d: Dialect,
+    after: i64,
+    dataset: Option<(&str, Option<i64>)>,
+    limit: i64,
+) -> (String, Vec<Arg>) {
+    let (compact, old, a) = match dataset {
+        Some((name, number)) => (" AND dataset = $2", " AND dataset = $3", args![after, number, name]),
+        None => ("", "", args![after]),
+    };
+    // Each table's page is taken first, then each of its rows' names is
+    // looked up by number: PostgreSQL sorts the union of the two pages, not
+    // of the two tables, and SQLite does not start from `audit_names`.
+    let name = |number: &str| format!("(SELECT name FROM audit_names WHERE id = l.{number})");
+    let sql = format!(
+        "SELECT * FROM (\
+            SELECT l.id AS id, {kind} AS kind, {dataset} AS dataset, l.partition_spec AS partition_spec, \
+                   l.version AS version, (SELECT batch_id FROM batches WHERE id = l.batch) AS batch_id, {at} AS at, \
+                   COALESCE(l.detail, '{{}}') AS detail \
+            FROM (SELECT * FROM change_log WHERE id > $1{compact} ORDER BY id LIMIT {limit}) AS l) AS compact \
+         UNION ALL \
+         SELECT * FROM (\
+            SELECT id, kind, dataset, partition_spec, version, batch_id, at, detail FROM changes \
+            WHERE id > $1{old} ORDER BY id LIMIT {limit}) AS old \
+         ORDER BY id LIMIT {limit}",
+        kind = name("kind"),
+        dataset = name("dataset"),
+        at = d.instant_value("l.at"),
+    );
+    (sql, a)
 }
 
 #[cfg(test)]
@@ -105,7 +144,13 @@ mod tests {
     use super::*;
 
     fn ripple() -> Ripple {
-        Ripple { changes: Vec::new(), receivers: Default::default(), feed_locked: false }
+        Ripple {
+            changes: Vec::new(),
+            receivers: Default::default(),
+            feed_locked: false,
+            names: Default::default(),
+            learned: Vec::new(),
+        }
     }
 
     /// A publish numbers its changes under the feed's lock, taken once: each

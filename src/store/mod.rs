@@ -17,6 +17,7 @@ mod decide;
 pub mod events;
 mod feed;
 mod lineage;
+mod names;
 mod openlineage;
 mod outbox;
 mod postgres;
@@ -38,7 +39,7 @@ use serde_json::Value;
 
 pub use alerts::AlertRecord;
 pub use batches::NEXT_SEQ_SQL;
-pub use feed::ChangeRecord;
+pub use feed::{changes_page_sql, ChangeRecord};
 pub use lineage::{Direction, InputRecord, LineageEdge, LineageGraph, LineageNode, UnreadyInput, DOWNSTREAM_SQL};
 pub use openlineage::{LineageEvent, Recorded};
 pub use outbox::{DeliveryQuery, DeliveryRecord, OutboxItem, Receivers};
@@ -224,6 +225,8 @@ pub struct SqlStore {
     metrics: Arc<Metrics>,
     /// Audit rows waiting to be written together (`tokens.rs`).
     audit: tokens::AuditQueue,
+    /// The numbers of names stored once (`names.rs`).
+    names: Arc<names::Names>,
     /// Which dataset each recently started or looked-up batch writes (`datasets.rs`).
     batch_datasets: datasets::BatchDatasets,
 }
@@ -285,6 +288,7 @@ impl SqlStore {
                     acks: None,
                     metrics: opts.metrics.clone(),
                     audit: Default::default(),
+                    names: Default::default(),
                     batch_datasets: Default::default(),
                 }
             }
@@ -301,6 +305,7 @@ impl SqlStore {
                     acks: Some(acks),
                     metrics: opts.metrics.clone(),
                     audit: Default::default(),
+                    names: Default::default(),
                     batch_datasets: Default::default(),
                 }
             }
@@ -508,7 +513,13 @@ impl SqlStore {
 
     /// What a write's changes set off, starting empty.
     fn ripple(&self) -> staleness::Ripple {
-        staleness::Ripple { changes: Vec::new(), receivers: self.receivers.clone(), feed_locked: false }
+        staleness::Ripple {
+            changes: Vec::new(),
+            receivers: self.receivers.clone(),
+            feed_locked: false,
+            names: self.names.clone(),
+            learned: Vec::new(),
+        }
     }
 }
 

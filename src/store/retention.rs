@@ -50,13 +50,21 @@ const DELETE_ALERTS: &str = "DELETE FROM alerts WHERE id IN (SELECT a.id FROM al
 /// The change feed goes as a prefix of ids, below `$2`, the first change
 /// inside the retention ([`FIRST_KEPT_CHANGE`]): no index on `at` is needed.
 /// (`at < $1` keeps a change that committed after `$2` was read with a lower
-/// id, which can only be recent.)
-const DELETE_CHANGES: &str = "DELETE FROM changes WHERE id IN (SELECT id FROM changes \
-     WHERE id < $2 AND at < $1 ORDER BY id LIMIT 1000) RETURNING id";
-/// The oldest change inside the retention: the primary key walked from its
-/// oldest row, which is short when pruning keeps up (the rows it passes are
-/// the ones to prune).
-const FIRST_KEPT_CHANGE: &str = "SELECT id FROM changes WHERE at >= $1 ORDER BY id LIMIT 1";
+/// id, which can only be recent.) Both of its tables: `changes`, the rows
+/// written before migration 0020, whose ids are all below `change_log`'s.
+const DELETE_CHANGES: [&str; 2] = [
+    "DELETE FROM changes WHERE id IN (SELECT id FROM changes \
+     WHERE id < $2 AND at < $1 ORDER BY id LIMIT 1000) RETURNING id",
+    "DELETE FROM change_log WHERE id IN (SELECT id FROM change_log \
+     WHERE id < $2 AND at < $1 ORDER BY id LIMIT 1000) RETURNING id",
+];
+/// The oldest change inside the retention: each table's primary key walked
+/// from its oldest row, which is short when pruning keeps up (the rows it
+/// passes are the ones to prune). `$1` is the cutoff as `changes` keeps
+/// times, `$2` as `change_log` does.
+const FIRST_KEPT_CHANGE: &str = "SELECT MIN(id) FROM (\
+     SELECT * FROM (SELECT id FROM changes WHERE at >= $1 ORDER BY id LIMIT 1) AS old \
+     UNION ALL SELECT * FROM (SELECT id FROM change_log WHERE at >= $2 ORDER BY id LIMIT 1) AS compact) AS kept";
 const DELETE_OPENLINEAGE: &str = "DELETE FROM openlineage_events WHERE id IN (SELECT id FROM openlineage_events \
      WHERE received_at < $1 ORDER BY id LIMIT 1000) RETURNING id";
 
@@ -76,9 +84,14 @@ impl SqlStore {
 
     /// The change feed's prefix older than `cutoff`.
     async fn prune_changes(&self, cutoff: DateTime<Utc>) -> Result<u64> {
-        let first_kept: Option<(i64,)> = self.read().await?.conn().opt(FIRST_KEPT_CHANGE, args![cutoff]).await?;
-        let below = first_kept.map_or(i64::MAX, |(id,)| id);
-        self.prune_table(DELETE_CHANGES, args![cutoff, below], Some(CHANGES)).await
+        let compact_cutoff = self.dialect().instant(cutoff);
+        let first_kept: (Option<i64>,) =
+            self.read().await?.conn().one(FIRST_KEPT_CHANGE, args![cutoff, compact_cutoff.clone()]).await?;
+        let below = first_kept.0.unwrap_or(i64::MAX);
+        let [old, compact] = DELETE_CHANGES;
+        // The older rows first: the horizon only rises.
+        let pruned = self.prune_table(old, args![cutoff, below], Some(CHANGES)).await?;
+        Ok(pruned + self.prune_table(compact, args![compact_cutoff, below], Some(CHANGES)).await?)
     }
 
     /// Runs one bounded delete (with `args`) per transaction until a batch

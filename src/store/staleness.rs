@@ -31,6 +31,10 @@ pub(super) struct Ripple {
     /// The transaction holds the feed's lock ([`super::feed::lock`]), so
     /// numbering a change needs no round trip to take it again.
     pub feed_locked: bool,
+    /// The numbers of names the instance knows (the feed's datasets).
+    pub names: std::sync::Arc<super::names::Names>,
+    /// Numbers the transaction read or stored: remembered once it commits.
+    pub learned: Vec<(i64, String)>,
 }
 
 /// Where an upstream partition stands: what staleness is judged against.
@@ -311,6 +315,8 @@ impl super::SqlStore {
                 format!("no batch ever wrote {dataset} {partition}"),
             ));
         }
-        self.finish(tx, ripple.changes).await
+        self.finish(tx, ripple.changes).await?;
+        self.names.learn(ripple.learned);
+        Ok(())
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::types::Json;
 use tokio::sync::oneshot;
 
-use super::db::{args, placeholders, Arg, Conn, Dialect};
+use super::db::{args, placeholders, Arg, Dialect};
 use super::{Page, Position, SqlStore};
 use crate::changes::Change;
 use crate::error::{Error, Result};
@@ -88,18 +88,11 @@ pub struct AuditQuery {
 /// either backend's limit on parameters per statement.
 const AUDIT_ROWS_PER_INSERT: usize = 500;
 
-/// Most names an instance keeps the `audit_names` number of in memory.
-const NAMES_KEPT: usize = 50_000;
-
 /// Audit rows waiting for the audit writer, in the order they were
 /// recorded (their ids follow it).
 #[derive(Default)]
 pub(super) struct AuditQueue {
     state: std::sync::Mutex<Queued>,
-    /// The number of each name (actor, action, method, dataset) in
-    /// `audit_names` this process has read or stored, once committed. A
-    /// name's number never changes, so what is here is never stale.
-    names: std::sync::Mutex<HashMap<String, i64>>,
     /// Tests: the writer panics on its next turn, as a bug in it would.
     #[cfg(test)]
     panic_next: std::sync::atomic::AtomicBool,
@@ -124,49 +117,6 @@ impl AuditQueue {
         // Nothing panics while holding it; a poisoned queue is still whole.
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-
-    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
-        // Nothing panics while holding it either.
-        self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The numbers of `names` this process knows, and the names it does not.
-    fn known<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> (HashMap<String, i64>, Vec<&'a str>) {
-        let known = self.names();
-        let (mut numbers, mut unknown) = (HashMap::new(), Vec::new());
-        for name in names {
-            match known.get(name) {
-                Some(&n) => drop(numbers.insert(name.to_owned(), n)),
-                None => unknown.push(name),
-            }
-        }
-        (numbers, unknown)
-    }
-
-    /// Adds the numbers `read` from `audit_names` (committed) to
-    /// `numbers`, and remembers them.
-    fn remember(&self, read: Vec<(i64, String)>, numbers: &mut HashMap<String, i64>) {
-        let mut known = self.names();
-        if known.len() + read.len() > NAMES_KEPT {
-            // Names come from requests, refused ones too: what is kept of
-            // them is bounded. Forgotten numbers are read again when used.
-            known.clear();
-        }
-        for (n, name) in read {
-            known.insert(name.clone(), n);
-            numbers.insert(name, n);
-        }
-    }
-}
-
-/// The numbers `audit_names` has for `names`.
-async fn read_numbers(c: &mut Conn<'_>, names: &[&str]) -> Result<Vec<(i64, String)>> {
-    if names.is_empty() {
-        return Ok(Vec::new());
-    }
-    let sql =
-        format!("SELECT CAST(id AS BIGINT), name FROM audit_names WHERE name IN ({})", placeholders(1, names.len()));
-    Ok(c.all(&sql, names.iter().map(|&n| Arg::from(n)).collect()).await?)
 }
 
 const TOKEN_COLUMNS: &str = "name, secret_hash, scopes, created_at, expires_at, last_used_at";
@@ -320,10 +270,7 @@ impl SqlStore {
         Ok(tx.commit().await?)
     }
 
-    /// The number in `audit_names` of every name the rows of `batch` use:
-    /// from what this process knows, else read; names never stored are
-    /// stored first (unless another replica does meanwhile), in a
-    /// transaction of their own, once.
+    /// The number in `audit_names` of every name the rows of `batch` use.
     async fn audit_numbers(&self, batch: &[Pending]) -> Result<HashMap<String, i64>> {
         let used: BTreeSet<&str> = batch
             .iter()
@@ -332,40 +279,14 @@ impl SqlStore {
             .flatten()
             .map(String::as_str)
             .collect();
-        let (mut numbers, unknown) = self.audit.known(used);
-        if unknown.is_empty() {
-            return Ok(numbers);
-        }
-        let stored = read_numbers(&mut self.read().await?.conn(), &unknown).await?;
-        self.audit.remember(stored, &mut numbers);
-        let new: Vec<&str> = unknown.into_iter().filter(|name| !numbers.contains_key(*name)).collect();
-        if new.is_empty() {
-            return Ok(numbers);
-        }
-        let values: Vec<String> = (1..=new.len()).map(|i| format!("(${i})")).collect();
-        let mut tx = self.begin_write_under(&[]).await?;
-        tx.conn()
-            .exec(
-                &format!("INSERT INTO audit_names (name) VALUES {} ON CONFLICT (name) DO NOTHING", values.join(", ")),
-                new.iter().map(|&n| Arg::from(n)).collect(),
-            )
-            .await?;
-        let stored = read_numbers(&mut tx.conn(), &new).await?;
-        tx.commit().await?;
-        // Remembered once committed: the number of a name whose insert
-        // was rolled back names nothing (SQLite could give it to another).
-        self.audit.remember(stored, &mut numbers);
-        match new.iter().find(|&&name| !numbers.contains_key(name)) {
-            Some(missing) => Err(anyhow::anyhow!("audit_names has no row for {missing:?} after storing it").into()),
-            None => Ok(numbers),
-        }
+        self.name_numbers(used).await
     }
 
     pub async fn list_audit(&self, q: &AuditQuery) -> Result<Page<AuditRecord>> {
         let filters = [&q.actor, &q.dataset, &q.action];
-        let (mut numbers, unknown) = self.audit.known(filters.into_iter().flatten().map(String::as_str));
+        let names: Vec<&str> = filters.into_iter().flatten().map(String::as_str).collect();
         let mut r = self.read().await?;
-        self.audit.remember(read_numbers(&mut r.conn(), &unknown).await?, &mut numbers);
+        let numbers = self.stored_numbers(&mut r.conn(), &names).await?;
         let (sql, a) = audit_page_sql(self.dialect(), q, &numbers);
         let mut items: Vec<AuditRecord> = r.conn().all(&sql, a).await?;
         let more = items.len() as i64 > q.limit;
@@ -515,7 +436,7 @@ mod tests {
         assert_eq!(rows, vec!["r2".to_owned()]);
     }
 
-    /// The names kept in memory are bounded: past [`NAMES_KEPT`] they are
+    /// The names kept in memory are bounded: past `NAMES_KEPT` they are
     /// forgotten, and a forgotten name's number is read again, not stored
     /// twice.
     #[tokio::test]
@@ -528,13 +449,19 @@ mod tests {
             let mut r = store.read().await.expect("read");
             r.conn().all("SELECT CAST(id AS BIGINT), name FROM audit_names ORDER BY id", args![]).await.expect("names")
         };
-        assert_eq!(names.len(), 4, "tester, batch.start, POST, d: {names:?}");
-        store.audit.names().extend((0..NAMES_KEPT).map(|i| (format!("filler-{i}"), -1)));
+        let names: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
+        let kinds = ["published", "restated", "invalidated", "stale", "fresh_again"];
+        assert_eq!(
+            names,
+            [&kinds[..], &["POST", "batch.start", "d", "tester"]].concat(),
+            "the feed's kinds (0020) first"
+        );
+        store.names.lock().extend((0..super::super::names::NAMES_KEPT).map(|i| (format!("filler-{i}"), -1)));
 
         let mut other = entry("r2");
         other.dataset = Some("e".into());
         store.record_audit(&[other]).await.expect("written");
-        let kept: Vec<String> = store.audit.names().keys().cloned().collect();
+        let kept: Vec<String> = store.names.lock().keys().cloned().collect();
         assert_eq!(kept, ["e"], "the full cache was dropped, then the new name kept");
         let q = AuditQuery { limit: 10, ..AuditQuery::default() };
         let rows = store.list_audit(&q).await.expect("list").items;
@@ -543,6 +470,6 @@ mod tests {
         assert_eq!(seen, [("r2", Some("e"), "tester"), ("r1", Some("d"), "tester")]);
         let mut r = store.read().await.expect("read");
         let count: (i64,) = r.conn().one("SELECT COUNT(*) FROM audit_names", args![]).await.expect("count");
-        assert_eq!(count.0, 5, "only e was new");
+        assert_eq!(count.0, 10, "only e was new");
     }
 }

@@ -1,7 +1,8 @@
 //! Compact rows (issue 14): the audit log names its actor, action, method and
 //! dataset by number (`audit_names`) and, on SQLite, keeps its time as an
-//! integer. A registry upgraded from before (migration 0019) keeps its
-//! audit rows where they were, and the log lists both as one.
+//! integer (migration 0019); so does the change feed its kind and dataset,
+//! and its batch by `batches.id` (migration 0020). A registry upgraded from
+//! before keeps its rows where they were, and each lists both as one.
 
 use std::str::FromStr;
 
@@ -17,6 +18,8 @@ use crate::per_backend;
 
 /// The last migration before the audit log went by number.
 const BEFORE_COMPACT_AUDIT: i64 = 18;
+/// The last migration before the change feed went by number.
+const BEFORE_COMPACT_FEED: i64 = 19;
 
 /// The audit rows an older version wrote (`audit`): time, actor, request
 /// id, action, dataset. Their ids are the sequence's first.
@@ -26,9 +29,9 @@ const OLD_ROWS: &[(&str, &str, &str, &str, Option<&str>)] = &[
     ("2026-01-01T00:00:02.500000Z", "admin", "old-3", "token.create", None),
 ];
 
-/// Applies the migrations up to [`BEFORE_COMPACT_AUDIT`] to `db`, as the
-/// version before left it, and writes [`OLD_ROWS`] into its `audit`.
-async fn registry_before_compact_audit(backend: Backend, db: &TestDb) {
+/// Applies the migrations up to `through` to `db`, as the version that
+/// shipped them left it, then runs `rows` (the rows it wrote).
+async fn registry_through(backend: Backend, db: &TestDb, through: i64, rows: &str) {
     let dir = match backend {
         Backend::Sqlite => "sqlite",
         Backend::Postgres => "postgres",
@@ -39,12 +42,30 @@ async fn registry_before_compact_audit(backend: Backend, db: &TestDb) {
     for file in all.map(|f| f.expect("migration").path()) {
         let name = file.file_name().and_then(|n| n.to_str()).expect("name").to_owned();
         let version: i64 = name.split('_').next().and_then(|v| v.parse().ok()).expect("numbered");
-        if version <= BEFORE_COMPACT_AUDIT {
+        if version <= through {
             std::fs::copy(&file, older.path().join(name)).expect("copy");
         }
     }
     let migrator = Migrator::new(older.path()).await.expect("migrations");
-    assert_eq!(migrator.iter().count(), 16, "0001-0006 and 0009-0018");
+    assert_eq!(migrator.iter().count() as i64, through - 2, "0001-0006 and 0009-{through:04}");
+    match backend {
+        Backend::Sqlite => {
+            let options = sqlx::sqlite::SqliteConnectOptions::from_str(&db.url).expect("url").create_if_missing(true);
+            let mut c = sqlx::SqliteConnection::connect_with(&options).await.expect("sqlite");
+            migrator.run(&mut c).await.expect("migrate");
+            sqlx::raw_sql(rows).execute(&mut c).await.expect("old rows");
+        }
+        Backend::Postgres => {
+            let mut c = sqlx::PgConnection::connect(&db.url).await.expect("postgres");
+            migrator.run(&mut c).await.expect("migrate");
+            sqlx::raw_sql(rows).execute(&mut c).await.expect("old rows");
+        }
+    }
+}
+
+/// Applies the migrations up to [`BEFORE_COMPACT_AUDIT`] to `db`, as the
+/// version before left it, and writes [`OLD_ROWS`] into its `audit`.
+async fn registry_before_compact_audit(backend: Backend, db: &TestDb) {
     // The times as text in the form the version before wrote SQLite's in
     // (PostgreSQL reads the same text as a timestamptz).
     let quoted = |v: Option<&str>| v.map_or("NULL".to_owned(), |v| format!("'{v}'"));
@@ -58,19 +79,7 @@ async fn registry_before_compact_audit(backend: Backend, db: &TestDb) {
         "INSERT INTO audit (at, actor, request_id, action, method, path, dataset, status) VALUES {}",
         rows.join(", ")
     );
-    match backend {
-        Backend::Sqlite => {
-            let options = sqlx::sqlite::SqliteConnectOptions::from_str(&db.url).expect("url").create_if_missing(true);
-            let mut c = sqlx::SqliteConnection::connect_with(&options).await.expect("sqlite");
-            migrator.run(&mut c).await.expect("migrate to 0018");
-            sqlx::raw_sql(&insert).execute(&mut c).await.expect("old rows");
-        }
-        Backend::Postgres => {
-            let mut c = sqlx::PgConnection::connect(&db.url).await.expect("postgres");
-            migrator.run(&mut c).await.expect("migrate to 0018");
-            sqlx::raw_sql(&insert).execute(&mut c).await.expect("old rows");
-        }
-    }
+    registry_through(backend, db, BEFORE_COMPACT_AUDIT, &insert).await;
 }
 
 fn field<'a>(row: &'a Value, key: &str) -> &'a str {
@@ -149,7 +158,8 @@ async fn an_upgraded_audit_log_lists_the_rows_before_and_after_as_one(backend: B
     assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_log").await, 2);
     let names = "SELECT COUNT(*) FROM audit_names WHERE name IN ('anonymous', 'batch.start', 'batch.commit', 'POST', 'd.shared')";
     assert_eq!(app.sql_count(names).await, 5, "each name once");
-    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names").await, 5, "only the names used");
+    let all_names = "SELECT COUNT(*) FROM audit_names";
+    assert_eq!(app.sql_count(all_names).await, 10, "only the names used, and the feed's five kinds (0020)");
     if backend == Backend::Sqlite {
         assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_log WHERE typeof(at) = 'integer'").await, 2);
     }
@@ -161,7 +171,7 @@ async fn an_upgraded_audit_log_lists_the_rows_before_and_after_as_one(backend: B
     let before = writes(&crate::metrics::scrape(&app).await);
     let id = app.start_ok("t", "d.shared", "2026-08-25", &["dt=2026-08-25"]).await;
     assert_eq!(writes(&crate::metrics::scrape(&app).await) - before, 2.0, "no name stored again");
-    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names").await, 5);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names").await, 10);
     let (_, page) = app.get("/v1/audit?limit=1").await;
     assert_eq!((field(&page["items"][0], "action"), field(&page["items"][0], "dataset")), ("batch.start", "d.shared"));
     assert!(!id.is_empty());
@@ -171,6 +181,142 @@ per_backend! {
     an_upgraded_audit_log_lists_the_rows_before_and_after_as_one
         => sqlite_an_upgraded_audit_log_lists_the_rows_before_and_after_as_one,
            postgres_an_upgraded_audit_log_lists_the_rows_before_and_after_as_one;
+}
+
+/// The changes an older version wrote (`changes`): time, kind, dataset,
+/// partition, version, batch id, detail. Their ids are the sequence's first.
+type OldChange = (&'static str, &'static str, &'static str, &'static str, i64, Option<&'static str>, &'static str);
+const OLD_CHANGES: &[OldChange] = &[
+    ("2001-01-01T00:00:00.000000Z", "published", "d.gone", "dt=2001-01-01", 1, Some("t-20010101-001"), "{}"),
+    ("2001-01-01T00:00:01.000000Z", "invalidated", "d.gone", "dt=2001-01-01", 1, None, r#"{"reason":"bad load"}"#),
+    ("2026-01-01T00:00:00.000001Z", "published", "d.shared", "dt=2026-01-01", 1, Some("t-20260101-001"), "{}"),
+    ("2026-01-01T00:00:02.500000Z", "restated", "d.shared", "dt=2026-01-01", 2, Some("t-20260101-002"), "{}"),
+];
+
+/// Every change of `/v1/changes?{query}`, page by page (`limit=2`), by cursor.
+async fn whole_feed(app: &TestApp, query: &str) -> Vec<Value> {
+    let mut items = Vec::new();
+    let mut url = format!("/v1/changes?limit=2&{query}");
+    loop {
+        let (status, page) = app.get(&url).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let got = page["items"].as_array().expect("items");
+        if got.is_empty() {
+            return items;
+        }
+        items.extend(got.iter().cloned());
+        url = format!("/v1/changes?limit=2&{query}&after={}", enc(page["next_cursor"].as_str().expect("cursor")));
+    }
+}
+
+async fn an_upgraded_change_feed_lists_the_changes_before_and_after_as_one(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else { return };
+    let rows: Vec<String> = OLD_CHANGES
+        .iter()
+        .map(|(at, kind, dataset, partition, version, batch, detail)| {
+            let batch = batch.map_or("NULL".to_owned(), |b| format!("'{b}'"));
+            format!("('{at}', '{kind}', '{dataset}', '{partition}', {version}, {batch}, '{detail}')")
+        })
+        .collect();
+    let insert = format!(
+        "INSERT INTO changes (at, kind, dataset, partition_spec, version, batch_id, detail) VALUES {}",
+        rows.join(", ")
+    );
+    registry_through(backend, &db, BEFORE_COMPACT_FEED, &insert).await;
+    let app = TestApp::spawn_on_prepared(backend, db).await;
+
+    // Written by this version: a publish of d.shared, then its invalidation.
+    let (ds, p) = ("d.shared", "dt=2026-08-24");
+    let published = app.publish("t", ds, "2026-08-24", p, 10).await;
+    let batch = published["batch_id"].as_str().expect("batch id").to_owned();
+    let written_at = app.clock.now().trunc_subsecs(6);
+    let (status, body) =
+        app.post(&format!("/v1/partitions/{ds}/{}/invalidate", enc(p)), &serde_json::json!({"reason": "dupes"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let (status, page) = app.get("/v1/changes?limit=100").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 6, "the four old changes, then the two new: {page}");
+    for (item, (at, kind, dataset, partition, version, batch, detail)) in items.iter().zip(OLD_CHANGES) {
+        let (listed, old): (DateTime<Utc>, DateTime<Utc>) =
+            (field(item, "at").parse().expect("at"), at.parse().expect("at"));
+        assert_eq!(listed, old, "{item}");
+        assert_eq!(
+            (field(item, "kind"), field(item, "dataset"), field(item, "partition")),
+            (*kind, *dataset, *partition)
+        );
+        assert_eq!((item["version"].as_i64(), item["batch_id"].as_str()), (Some(*version), *batch), "{item}");
+        let stored: Value = serde_json::from_str(detail).expect("detail");
+        assert_eq!(item["detail"], stored, "{item}");
+    }
+    let (new_published, new_invalidated) = (&items[4], &items[5]);
+    assert_eq!(
+        (field(new_published, "kind"), field(new_published, "dataset"), field(new_published, "partition")),
+        ("published", ds, p)
+    );
+    assert_eq!((new_published["version"].as_i64(), field(new_published, "batch_id")), (Some(1), batch.as_str()));
+    assert_eq!(new_published["detail"], items[2]["detail"], "no detail reads as before (stored as none)");
+    assert_eq!(field(new_invalidated, "kind"), "invalidated");
+    assert_eq!(new_invalidated["detail"], serde_json::json!({"reason": "dupes"}));
+    assert_eq!(new_invalidated["batch_id"], new_published["batch_id"], "{new_invalidated}");
+    for new in [new_published, new_invalidated] {
+        // The time the store wrote, to the microsecond (an integer on SQLite).
+        let at: DateTime<Utc> = field(new, "at").parse().expect("at");
+        assert_eq!(at, written_at, "{new}");
+    }
+    let cursors: Vec<&str> = items.iter().map(|i| field(i, "cursor")).collect();
+    let everything = whole_feed(&app, "").await;
+    assert_eq!(everything.iter().map(|i| field(i, "cursor")).collect::<Vec<_>>(), cursors, "pages cross the tables");
+    assert_eq!(everything, *items);
+    let of = |rows: Vec<Value>| {
+        rows.iter().map(|i| (field(i, "kind").to_owned(), field(i, "partition").to_owned())).collect::<Vec<_>>()
+    };
+    let shared = of(whole_feed(&app, &format!("dataset={ds}")).await);
+    let expected: Vec<(String, String)> =
+        [("published", "dt=2026-01-01"), ("restated", "dt=2026-01-01"), ("published", p), ("invalidated", p)]
+            .iter()
+            .map(|(k, p)| (k.to_string(), p.to_string()))
+            .collect();
+    assert_eq!(shared, expected, "a dataset's changes in both tables");
+    assert_eq!(whole_feed(&app, "dataset=d.gone").await, items[..2].to_vec());
+    assert!(whole_feed(&app, "dataset=d.never").await.is_empty(), "a dataset never seen has no change");
+
+    // The new changes went to `change_log` by number; nothing writes `changes` any more.
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM changes").await, 4);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM change_log").await, 2);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM change_log WHERE detail IS NULL").await, 1, "the publish's");
+    if backend == Backend::Sqlite {
+        assert_eq!(app.sql_count("SELECT COUNT(*) FROM change_log WHERE typeof(at) = 'integer'").await, 2);
+    }
+
+    // Retention prunes the feed as one prefix across both tables: the two
+    // changes of 2001 (in `changes`) go; a change of `change_log` dated
+    // 2001 (a clock set back) stays, numbered after kept ones.
+    let old = match backend {
+        Backend::Sqlite => "978307200000000",
+        Backend::Postgres => "TIMESTAMPTZ '2001-01-01T00:00:00+00:00'",
+    };
+    app.sql(&format!(
+        "INSERT INTO change_log (at, kind, dataset, partition_spec, version) \
+         SELECT {old}, (SELECT id FROM audit_names WHERE name = 'published'), \
+                (SELECT id FROM audit_names WHERE name = 'd.shared'), 'dt=set-back', 1"
+    ))
+    .await;
+    assert_eq!(app.scan().await.pruned, 2, "the old table's two changes of 2001");
+    let (status, err) = app.get(&format!("/v1/changes?after={}", enc(cursors[0]))).await;
+    assert_eq!((status, &err["error"]["code"]), (StatusCode::GONE, &Value::from("cursor_expired")), "{err}");
+    let (status, rest) = app.get(&format!("/v1/changes?after={}", enc(cursors[1]))).await;
+    assert_eq!(status, StatusCode::OK, "{rest}");
+    let partitions: Vec<&str> =
+        rest["items"].as_array().expect("items").iter().map(|i| field(i, "partition")).collect();
+    assert_eq!(partitions, ["dt=2026-01-01", "dt=2026-01-01", p, p, "dt=set-back"]);
+}
+
+per_backend! {
+    an_upgraded_change_feed_lists_the_changes_before_and_after_as_one
+        => sqlite_an_upgraded_change_feed_lists_the_changes_before_and_after_as_one,
+           postgres_an_upgraded_change_feed_lists_the_changes_before_and_after_as_one;
 }
 
 /// The number of a name whose insert was rolled back names nothing: it is
@@ -202,4 +348,46 @@ async fn postgres_a_name_whose_insert_was_rolled_back_is_stored_again() {
     let dangling =
         "SELECT COUNT(*) FROM audit_log l WHERE NOT EXISTS (SELECT 1 FROM audit_names n WHERE n.id = l.dataset)";
     assert_eq!(app.sql_count(dangling).await, 0, "no row refers to a number that names nothing");
+}
+
+/// The number of a dataset that a publish stored for the feed (its first
+/// change, on a store no request's audit row has named it to) is
+/// remembered only once that publish commits: a publish refused at
+/// `COMMIT` leaves nothing remembered, and the commit after stores the
+/// name again. The fault is injected at `COMMIT` (a deferred trigger).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_feed_name_stored_by_a_rolled_back_publish_is_stored_again() {
+    use crate::statements::{clean_evidence, start_request};
+    let Some(app) = TestApp::spawn(Backend::Postgres).await else { return };
+    app.sql(
+        "CREATE SEQUENCE name_faults; \
+         CREATE FUNCTION refuse_a_name() RETURNS trigger AS $$ BEGIN \
+           IF NEW.name = 'd.direct' AND nextval('name_faults') = 1 THEN RAISE EXCEPTION 'injected at commit'; END IF; \
+           RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE CONSTRAINT TRIGGER refuse_a_name AFTER INSERT ON audit_names DEFERRABLE INITIALLY DEFERRED \
+           FOR EACH ROW EXECUTE FUNCTION refuse_a_name();",
+    )
+    .await;
+    let store = batchgate::store::SqlStore::connect(
+        &app.db.url,
+        &Default::default(),
+        std::sync::Arc::new(batchgate::clock::SystemClock),
+    )
+    .await
+    .expect("connect");
+    let (ds, dt) = ("d.direct", "2026-08-24");
+    let started = store.start_batch(start_request(ds, dt, &[])).await.expect("start");
+    let refused = store.commit_batch(&started.batch_id, clean_evidence(ds, dt), "c".into()).await;
+    assert!(refused.is_err(), "the publish is refused at COMMIT: {refused:?}");
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names WHERE name = 'd.direct'").await, 0);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM change_log").await, 0);
+
+    let decision = store.commit_batch(&started.batch_id, clean_evidence(ds, dt), "c".into()).await.expect("commit");
+    assert_eq!(decision.decided, batchgate::store::Decided::Published);
+    let dangling =
+        "SELECT COUNT(*) FROM change_log l WHERE NOT EXISTS (SELECT 1 FROM audit_names n WHERE n.id = l.dataset)";
+    assert_eq!(app.sql_count(dangling).await, 0, "no change refers to a number that names nothing");
+    let feed = store.list_changes(0, Some(ds), 10).await.expect("feed");
+    let listed: Vec<(&str, &str)> = feed.iter().map(|c| (c.kind.as_str(), c.dataset.as_str())).collect();
+    assert_eq!(listed, [("published", ds)]);
 }

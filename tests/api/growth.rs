@@ -72,20 +72,28 @@ async fn twenty_repeats_of_an_openlineage_event_are_stored_once(app: TestApp) {
     assert_eq!(app.sql_count("SELECT COUNT(*) FROM openlineage_events").await, 2);
 }
 
-/// 2,500 changes from long ago (written straight into the table) go in one
-/// pass, a thousand rows per statement; the recent ones stay.
-async fn old_changes_are_pruned_in_batches_of_a_thousand(app: TestApp) {
-    let old = match app.backend {
-        Backend::Sqlite => "'2001-01-01T00:00:00+00:00'",
+/// `n` changes of `d.old` dated 2001-01-01, written straight into the
+/// feed's table as the service writes them (`change_log`, migration 0020).
+fn old_changes(backend: Backend, n: u32) -> String {
+    let old = match backend {
+        Backend::Sqlite => "978307200000000",
         Backend::Postgres => "TIMESTAMPTZ '2001-01-01T00:00:00+00:00'",
     };
-    app.sql(&format!(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) \
-         INSERT INTO changes (kind, dataset, partition_spec, version, at) SELECT 'published', 'd.old', 'dt=x', 1, {old} FROM n"
-    ))
-    .await;
+    format!(
+        "INSERT INTO audit_names (name) VALUES ('d.old') ON CONFLICT (name) DO NOTHING; \
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {n}) \
+         INSERT INTO change_log (at, kind, dataset, partition_spec, version) \
+         SELECT {old}, (SELECT id FROM audit_names WHERE name = 'published'), \
+                (SELECT id FROM audit_names WHERE name = 'd.old'), 'dt=x', 1 FROM n"
+    )
+}
+
+/// 2,500 changes from long ago go in one pass, a thousand rows per
+/// statement; the recent ones stay.
+async fn old_changes_are_pruned_in_batches_of_a_thousand(app: TestApp) {
+    app.sql(&old_changes(app.backend, 2500)).await;
     app.publish("t", "d.new", "2026-08-24", "dt=2026-08-24", 5).await;
-    assert_eq!(app.sql_count("SELECT COUNT(*) FROM changes").await, 2501);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM change_log").await, 2501);
 
     let report = app.scan().await;
     assert_eq!(report.pruned, 2500);
@@ -100,16 +108,7 @@ async fn old_changes_are_pruned_in_batches_of_a_thousand(app: TestApp) {
 /// clock set back) stays until the changes before it go: the feed is cut
 /// as a prefix, so a cursor at a kept change is never told it expired.
 async fn the_change_feed_is_pruned_only_as_a_prefix(app: TestApp) {
-    let old = match app.backend {
-        Backend::Sqlite => "'2001-01-01T00:00:00+00:00'",
-        Backend::Postgres => "TIMESTAMPTZ '2001-01-01T00:00:00+00:00'",
-    };
-    let insert_old = |n: u32| {
-        format!(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {n}) \
-             INSERT INTO changes (kind, dataset, partition_spec, version, at) SELECT 'published', 'd.old', 'dt=x', 1, {old} FROM n"
-        )
-    };
+    let insert_old = |n: u32| old_changes(app.backend, n);
     app.sql(&insert_old(3)).await;
     app.publish("t", "d.new", "2026-08-24", "dt=2026-08-24", 5).await;
     app.sql(&insert_old(2)).await;

@@ -6,12 +6,13 @@
 use batchgate::domain::batch::BatchState;
 use batchgate::store::db::{Arg, Dialect};
 use batchgate::store::{
-    audit_page_sql, baseline_sql, batch_page_sql, expiry_sql, AuditQuery, BatchQuery, CONSUMERS_SQL, DOWNSTREAM_SQL,
-    NEXT_SEQ_SQL,
+    audit_page_sql, baseline_sql, batch_page_sql, changes_page_sql, expiry_sql, AuditQuery, BatchQuery, CONSUMERS_SQL,
+    DOWNSTREAM_SQL, NEXT_SEQ_SQL,
 };
 use sqlx::{Connection, Row};
 
 use reqwest::StatusCode;
+use serde_json::Value;
 
 use crate::helpers::{clean, Backend, TestApp};
 use crate::on_both_backends;
@@ -266,7 +267,81 @@ async fn a_page_of_the_audit_log_seeks_indexes(app: TestApp) {
     assert!(items[..20].iter().all(|i| i["id"].as_i64() > Some(20_000)), "the newer table's rows come first");
 }
 
+/// 20,000 changes by name (`changes`, ids 1-20,000) and 20,000 by number
+/// after them (`change_log`), then `ANALYZE`. The dataset `ds1` is rare
+/// (one change in a thousand): the page the test reads.
+async fn seed_changes(app: &TestApp) {
+    let series = match app.backend {
+        Backend::Sqlite => "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)",
+        Backend::Postgres => "WITH n(i) AS (SELECT generate_series(1, 20000))",
+    };
+    let dataset = "CASE WHEN i % 1000 = 0 THEN 'ds1' ELSE 'ds' || (2 + i % 47) END";
+    let (at, old_at, detail) = match app.backend {
+        Backend::Sqlite => ("1767225600000000", "'2026-01-01T00:00:00Z'", "'{}'"),
+        Backend::Postgres => ("'2026-01-01T00:00:00Z'", "'2026-01-01T00:00:00Z'", "'{}'::jsonb"),
+    };
+    app.sql(&format!(
+        "INSERT INTO audit_names (name) {series} SELECT 'ds' || (i - 1) FROM n WHERE i <= 50 AND i <> 2 ON CONFLICT (name) DO NOTHING;
+         INSERT INTO changes (kind, dataset, partition_spec, version, batch_id, at, detail)
+             {series} SELECT 'published', {dataset}, 'dt=' || i, 1, 'b-' || i, {old_at}, {detail} FROM n;
+         INSERT INTO change_log (id, at, kind, dataset, partition_spec, version)
+             {series} SELECT 20000 + i, {at}, (SELECT id FROM audit_names WHERE name = 'published'),
+                 (SELECT id FROM audit_names WHERE name = {dataset}), 'dt=' || i, 1 FROM n;
+         ANALYZE;"
+    ))
+    .await;
+}
+
+/// `GET /v1/changes?dataset=…` and the whole feed from a cursor: each of
+/// the two tables the feed is read from (migration 0020) is sought on its
+/// index, oldest first from the cursor.
+async fn a_page_of_the_change_feed_seeks_indexes(app: TestApp) {
+    let dialect = dialect(app.backend);
+    app.sql("INSERT INTO audit_names (name) VALUES ('ds1')").await;
+    let ds1 = app.sql_count("SELECT CAST(id AS BIGINT) FROM audit_names WHERE name = 'ds1'").await;
+    let page = |dataset: Option<(&str, Option<i64>)>, after: i64| {
+        let (sql, args) = changes_page_sql(dialect, after, dataset, 100);
+        with_args(&sql, args)
+    };
+    let by_dataset = page(Some(("ds1", Some(ds1))), 0);
+    let from_cursor = page(None, 10_000);
+    let reads_a_table = |line: &String| match app.backend {
+        // SQLite's `SCAN l` and `SCAN old` read the two pages taken, not a table.
+        Backend::Sqlite => ["SCAN change_log", "SCAN changes", "SCAN audit_names", "SCAN batches"]
+            .iter()
+            .any(|scan| line.trim_start_matches(['|', '`', '-', ' ']).starts_with(scan)),
+        Backend::Postgres => full_scan(app.backend, line),
+    };
+    for when in ["fresh database, no statistics", "40,000 changes, after ANALYZE"] {
+        if when.starts_with("40,000") {
+            seed_changes(&app).await;
+        }
+        let lines = plan(&app, &by_dataset).await;
+        let text = lines.join("\n");
+        assert!(!lines.iter().any(reads_a_table), "the page of a dataset ({when}) scans a table:\n{text}");
+        for index in ["change_log_dataset", "changes_dataset"] {
+            assert!(text.contains(index), "the page of a dataset ({when}) does not seek {index}:\n{text}");
+        }
+        let lines = plan(&app, &from_cursor).await;
+        let text = lines.join("\n");
+        assert!(!lines.iter().any(reads_a_table), "the page from a cursor ({when}) scans a table:\n{text}");
+        if app.backend == Backend::Postgres {
+            for key in ["change_log_pkey", "changes_pkey"] {
+                assert!(text.contains(key), "the page from a cursor ({when}) does not walk {key}:\n{text}");
+            }
+        }
+    }
+    let (status, listed) = app.get("/v1/changes?dataset=ds1&limit=100").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let items = listed["items"].as_array().expect("items");
+    assert_eq!(items.len(), 40, "20 changes of each table");
+    assert!(items.iter().all(|i| i["dataset"] == "ds1" && i["kind"] == "published"), "{listed}");
+    assert_eq!(items[19]["batch_id"], "b-20000", "the old table's first, in id order: {listed}");
+    assert_eq!(items[20]["batch_id"], Value::Null, "{listed}");
+}
+
 on_both_backends!(
+    a_page_of_the_change_feed_seeks_indexes,
     commit_path_lineage_statements_seek_indexes,
     the_volume_baseline_seeks_the_index_of_its_key,
     a_page_of_batch_history_seeks_indexes,
@@ -381,7 +456,8 @@ async fn a_page_of_a_large_dataset_seeks_its_index(app: TestApp) {
 
 /// The registry's tables that grow with it: no statement of the start,
 /// commit and fail path may read one of them whole.
-const GROWING: &str = "'batches', 'task_produce_log', 'partitions', 'batch_inputs', 'batch_events', 'changes', \
+const GROWING: &str =
+    "'batches', 'task_produce_log', 'partitions', 'batch_inputs', 'batch_events', 'changes', 'change_log', \
      'alerts', 'audit', 'audit_log', 'outbox'";
 
 /// Sequential scans of each growing table so far, once every other session
