@@ -48,7 +48,8 @@ pub(super) async fn emit(
     // (already taken, before its first dependent write, on the paths that
     // change the feed).
     lock(c, ripple).await?;
-    let dataset_number = match ripple.names.get(dataset) {
+    let learned = ripple.learned.iter().find(|(_, name)| name == dataset).map(|(n, _)| *n);
+    let dataset_number = match ripple.names.get(dataset).or(learned) {
         Some(n) => n,
         None => {
             let n = super::names::number_within(c, dataset).await?;

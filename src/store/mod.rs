@@ -46,7 +46,7 @@ pub use outbox::{DeliveryQuery, DeliveryRecord, OutboxItem, Receivers};
 pub use reads::batch_page_sql;
 pub use records::{baseline_sql, fitness_of, BatchRecord, DatasetRecord, Event, PartitionRecord, Residue};
 pub use repairs::{NewRepair, RepairSummary};
-pub use retention::{Pruned, PRUNE_BATCH};
+pub use retention::{Pruned, MAX_BATCHES_PER_PASS, PRUNE_BATCH};
 pub use scans::expiry_sql;
 pub use staleness::CONSUMERS_SQL;
 pub use tokens::{audit_page_sql, AuditEntry, AuditQuery, AuditRecord, NewToken, TokenRecord, TOKENS_CHANGED};

@@ -15,6 +15,9 @@
 //! transaction and so never holds one name while waiting for another; the
 //! write transactions that store names for the feed hold the feed's lock,
 //! so only one at a time stores several. No two can wait for each other.
+//! (The audit writer of the version before 0020 stored several names in
+//! one statement: one more reason not to run it beside this one, see the
+//! README on upgrades; PostgreSQL would refuse one of the two.)
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};

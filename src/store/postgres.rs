@@ -109,7 +109,10 @@ pub(super) enum Scope<'a> {
 /// before it publishes), so it finishes and the holder goes on. (Only a
 /// writer changing several partitions of a dataset while the feed holder
 /// marks several of them stale in another order could meet it row against
-/// row; PostgreSQL would then refuse one of the two.)
+/// row; PostgreSQL would then refuse one of the two.) The feed holder may
+/// also wait for a name another transaction is storing in `audit_names`
+/// (`names.rs`): that one stores nothing else and takes no other lock, so
+/// it finishes.
 pub(super) async fn begin_write(pool: &PgPool, scope: Scope<'_>) -> sqlx::Result<PgTx> {
     let mut tx = PgTx { conn: Some(pool.acquire().await?) };
     // Cancelled or failed from here on, the dropped `tx` rolls back.

@@ -19,7 +19,7 @@ use crate::error::Result;
 pub const PRUNE_BATCH: i64 = 1000;
 
 /// Statements one table gets per pass at most; the rest waits for the next pass.
-const MAX_BATCHES_PER_PASS: usize = 100;
+pub const MAX_BATCHES_PER_PASS: usize = 100;
 
 /// The name of the change feed in `pruned_history`.
 const CHANGES: &str = "changes";
@@ -51,7 +51,8 @@ const DELETE_ALERTS: &str = "DELETE FROM alerts WHERE id IN (SELECT a.id FROM al
 /// inside the retention ([`FIRST_KEPT_CHANGE`]): no index on `at` is needed.
 /// (`at < $1` keeps a change that committed after `$2` was read with a lower
 /// id, which can only be recent.) Both of its tables: `changes`, the rows
-/// written before migration 0020, whose ids are all below `change_log`'s.
+/// written before migration 0020, whose ids are all below `change_log`'s
+/// (once no binary from before it runs: see the README on upgrades).
 const DELETE_CHANGES: [&str; 2] = [
     "DELETE FROM changes WHERE id IN (SELECT id FROM changes \
      WHERE id < $2 AND at < $1 ORDER BY id LIMIT 1000) RETURNING id",
@@ -75,10 +76,10 @@ impl SqlStore {
     pub async fn prune(&self, cutoff: DateTime<Utc>) -> Result<Pruned> {
         Ok(Pruned {
             // Deliveries before alerts: an alert goes with its last delivery.
-            webhooks: self.prune_table(DELETE_WEBHOOKS, args![cutoff], None).await?,
-            alerts: self.prune_table(DELETE_ALERTS, args![cutoff], None).await?,
+            webhooks: self.prune_table(DELETE_WEBHOOKS, args![cutoff], None).await?.0,
+            alerts: self.prune_table(DELETE_ALERTS, args![cutoff], None).await?.0,
             changes: self.prune_changes(cutoff).await?,
-            openlineage_events: self.prune_table(DELETE_OPENLINEAGE, args![cutoff], None).await?,
+            openlineage_events: self.prune_table(DELETE_OPENLINEAGE, args![cutoff], None).await?.0,
         })
     }
 
@@ -89,15 +90,22 @@ impl SqlStore {
             self.read().await?.conn().one(FIRST_KEPT_CHANGE, args![cutoff, compact_cutoff.clone()]).await?;
         let below = first_kept.0.unwrap_or(i64::MAX);
         let [old, compact] = DELETE_CHANGES;
-        // The older rows first: the horizon only rises.
-        let pruned = self.prune_table(old, args![cutoff, below], Some(CHANGES)).await?;
-        Ok(pruned + self.prune_table(compact, args![compact_cutoff, below], Some(CHANGES)).await?)
+        // The older rows first, and the newer only once none of them is
+        // left to prune: the feed is cut as one prefix, and a cursor below
+        // the horizon is never handed out by a listing.
+        let (pruned, done) = self.prune_table(old, args![cutoff, below], Some(CHANGES)).await?;
+        if !done {
+            return Ok(pruned);
+        }
+        Ok(pruned + self.prune_table(compact, args![compact_cutoff, below], Some(CHANGES)).await?.0)
     }
 
     /// Runs one bounded delete (with `args`) per transaction until a batch
-    /// comes back short. With `horizon`, records the highest id deleted in
-    /// the same transaction as the delete.
-    async fn prune_table(&self, delete: &str, args: Vec<Arg>, horizon: Option<&str>) -> Result<u64> {
+    /// comes back short (then it is done), at most
+    /// [`MAX_BATCHES_PER_PASS`] of them. With `horizon`, records the highest
+    /// id deleted in the same transaction as the delete. Returns the rows
+    /// deleted and whether it is done.
+    async fn prune_table(&self, delete: &str, args: Vec<Arg>, horizon: Option<&str>) -> Result<(u64, bool)> {
         debug_assert!(delete.contains(&format!("LIMIT {PRUNE_BATCH}")));
         let mut total = 0;
         for _ in 0..MAX_BATCHES_PER_PASS {
@@ -110,10 +118,10 @@ impl SqlStore {
             tx.commit().await?;
             total += ids.len() as u64;
             if (ids.len() as i64) < PRUNE_BATCH {
-                break;
+                return Ok((total, true));
             }
         }
-        Ok(total)
+        Ok((total, false))
     }
 
     /// The highest change id pruned so far (0: none).

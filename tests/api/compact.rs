@@ -319,21 +319,27 @@ per_backend! {
            postgres_an_upgraded_change_feed_lists_the_changes_before_and_after_as_one;
 }
 
+/// The first transaction that stores `name` in `audit_names` is refused at
+/// its `COMMIT` (PostgreSQL: a deferred trigger); the next stores it.
+async fn refuse_a_name_once_at_commit(app: &TestApp, name: &str) {
+    app.sql(&format!(
+        "CREATE SEQUENCE name_faults; \
+         CREATE FUNCTION refuse_a_name() RETURNS trigger AS $$ BEGIN \
+           IF NEW.name = '{name}' AND nextval('name_faults') = 1 THEN RAISE EXCEPTION 'injected at commit'; END IF; \
+           RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE CONSTRAINT TRIGGER refuse_a_name AFTER INSERT ON audit_names DEFERRABLE INITIALLY DEFERRED \
+           FOR EACH ROW EXECUTE FUNCTION refuse_a_name();"
+    ))
+    .await;
+}
+
 /// The number of a name whose insert was rolled back names nothing: it is
 /// not remembered, and the next write of that name stores it again. The
 /// fault is injected at `COMMIT` (a deferred trigger that refuses once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_name_whose_insert_was_rolled_back_is_stored_again() {
     let Some(app) = TestApp::spawn(Backend::Postgres).await else { return };
-    app.sql(
-        "CREATE SEQUENCE name_faults; \
-         CREATE FUNCTION refuse_a_name() RETURNS trigger AS $$ BEGIN \
-           IF NEW.name = 'd.rolled' AND nextval('name_faults') = 1 THEN RAISE EXCEPTION 'injected at commit'; END IF; \
-           RETURN NEW; END $$ LANGUAGE plpgsql; \
-         CREATE CONSTRAINT TRIGGER refuse_a_name AFTER INSERT ON audit_names DEFERRABLE INITIALLY DEFERRED \
-           FOR EACH ROW EXECUTE FUNCTION refuse_a_name();",
-    )
-    .await;
+    refuse_a_name_once_at_commit(&app, "d.rolled").await;
     // The write stands; its audit row could not be stored (the log says so).
     app.start_ok("t", "d.rolled", "2026-08-24", &["dt=2026-08-24"]).await;
     assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names WHERE name = 'd.rolled'").await, 0);
@@ -359,15 +365,7 @@ async fn postgres_a_name_whose_insert_was_rolled_back_is_stored_again() {
 async fn postgres_a_feed_name_stored_by_a_rolled_back_publish_is_stored_again() {
     use crate::statements::{clean_evidence, start_request};
     let Some(app) = TestApp::spawn(Backend::Postgres).await else { return };
-    app.sql(
-        "CREATE SEQUENCE name_faults; \
-         CREATE FUNCTION refuse_a_name() RETURNS trigger AS $$ BEGIN \
-           IF NEW.name = 'd.direct' AND nextval('name_faults') = 1 THEN RAISE EXCEPTION 'injected at commit'; END IF; \
-           RETURN NEW; END $$ LANGUAGE plpgsql; \
-         CREATE CONSTRAINT TRIGGER refuse_a_name AFTER INSERT ON audit_names DEFERRABLE INITIALLY DEFERRED \
-           FOR EACH ROW EXECUTE FUNCTION refuse_a_name();",
-    )
-    .await;
+    refuse_a_name_once_at_commit(&app, "d.direct").await;
     let store = batchgate::store::SqlStore::connect(
         &app.db.url,
         &Default::default(),

@@ -14,6 +14,7 @@ on_both_backends!(
     twenty_repeats_of_an_openlineage_event_are_stored_once,
     old_changes_are_pruned_in_batches_of_a_thousand,
     the_change_feed_is_pruned_only_as_a_prefix,
+    a_pass_cut_short_in_the_older_feed_table_prunes_nothing_newer,
 );
 
 const START: &str = include_str!("fixtures/openlineage/airflow_task_start.json");
@@ -230,4 +231,60 @@ async fn sqlite_an_alert_waiting_for_delivery_is_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_an_alert_waiting_for_delivery_is_kept() {
     an_alert_waiting_for_delivery_is_kept(Backend::Postgres).await;
+}
+
+/// A pass prunes at most `MAX_BATCHES_PER_PASS` statements of a thousand
+/// rows per table. When it stops short in `changes` (the feed's rows from
+/// before migration 0020), it leaves `change_log` for the next pass: the
+/// feed is cut as one prefix, so a listing never hands out a cursor below
+/// what was pruned (which the next request would answer `410`).
+async fn a_pass_cut_short_in_the_older_feed_table_prunes_nothing_newer(app: TestApp) {
+    let per_pass = batchgate::store::PRUNE_BATCH as u32 * batchgate::store::MAX_BATCHES_PER_PASS as u32;
+    let old_rows = per_pass + 500;
+    let (series, old_text, old_number, after_them) = match app.backend {
+        Backend::Sqlite => (
+            format!("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {old_rows})"),
+            "'2001-01-01T00:00:00Z'",
+            "978307200000000",
+            "",
+        ),
+        Backend::Postgres => (
+            format!("WITH n(i) AS (SELECT generate_series(1, {old_rows}))"),
+            "TIMESTAMPTZ '2001-01-01T00:00:00Z'",
+            "TIMESTAMPTZ '2001-01-01T00:00:00Z'",
+            "SELECT setval(pg_get_serial_sequence('changes', 'id'), 300010);",
+        ),
+    };
+    // Ids: the old table's first, then ten old-dated rows of the new one.
+    app.sql(&format!(
+        "{series} INSERT INTO changes (kind, dataset, partition_spec, version, at) SELECT 'published', 'd.old', 'dt=x', 1, {old_text} FROM n;
+         INSERT INTO audit_names (name) VALUES ('d.old') ON CONFLICT (name) DO NOTHING;
+         INSERT INTO change_log (id, at, kind, dataset, partition_spec, version)
+             SELECT 300000 + i, {old_number}, (SELECT id FROM audit_names WHERE name = 'published'),
+                    (SELECT id FROM audit_names WHERE name = 'd.old'), 'dt=y', 1
+             FROM (SELECT 1 AS i UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5
+                   UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10) AS t;
+         {after_them}"
+    ))
+    .await;
+    app.publish("t", "d.new", "2026-08-24", "dt=2026-08-24", 5).await;
+
+    assert_eq!(app.scan().await.pruned, u64::from(per_pass), "one pass's worth, all of the old table's");
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM changes").await, 500);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM change_log").await, 11, "the newer table waits for the next pass");
+    let (status, feed) = app.get("/v1/changes?limit=1000").await;
+    assert_eq!(status, StatusCode::OK, "{feed}");
+    let items = feed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 511, "what is left of both tables");
+    let first = items[0]["cursor"].as_str().unwrap();
+    let (status, next) = app.get(&format!("/v1/changes?limit=1&after={}", enc(first))).await;
+    assert_eq!(status, StatusCode::OK, "the first cursor listed is not pruned yet: {next}");
+    assert_eq!(next["items"][0]["cursor"], items[1]["cursor"]);
+
+    app.clock.advance(chrono::Duration::hours(1));
+    assert_eq!(app.scan().await.pruned, 510, "the next pass: the rest of the old table, then the newer's old rows");
+    let (_, feed) = app.get("/v1/changes").await;
+    let datasets: Vec<&str> =
+        feed["items"].as_array().unwrap().iter().map(|c| c["dataset"].as_str().unwrap()).collect();
+    assert_eq!(datasets, ["d.new"]);
 }
