@@ -424,6 +424,13 @@ async fn migrate_and_seed(db: &Db, size: u64) -> Result<Duration> {
             c.execute("ANALYZE").await?;
             c.execute("PRAGMA journal_mode = WAL").await?;
             c.close().await?;
+            // The load ran without syncing: its pages are still being
+            // written back by the kernel. Flushed here (PostgreSQL's
+            // CHECKPOINT below), so that the service's first checkpoint and
+            // every commit's fsync meet a quiet disk, as on a registry
+            // that grew over years, not one loaded a minute ago.
+            let path = db.path.clone().context("sqlite path")?;
+            tokio::task::spawn_blocking(move || std::fs::File::open(path)?.sync_all()).await??;
         }
         Backend::Postgres => {
             let mut c = PgConnection::connect(&db.url).await?;
