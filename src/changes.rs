@@ -53,18 +53,21 @@ pub enum Interest {
 
 /// The long-polls waiting now, indexed by what they wait for, so that a
 /// change wakes only the waiters of the partitions it touched.
+/// The waiters on each partition of one dataset: partition → waiter id → its notify.
+type ByPartition = HashMap<String, HashMap<u64, Arc<Notify>>>;
+
 #[derive(Default)]
 struct Waiters {
     next_id: u64,
     /// dataset → partition → the waiters on it.
-    partitions: HashMap<String, HashMap<String, HashMap<u64, Arc<Notify>>>>,
+    partitions: HashMap<String, ByPartition>,
     everything: HashMap<u64, Arc<Notify>>,
 }
 
 impl Waiters {
     fn each(&self, change: Option<&Change>, mut f: impl FnMut(&Notify)) {
         self.everything.values().for_each(|n| f(n));
-        let datasets: Box<dyn Iterator<Item = &HashMap<String, HashMap<u64, Arc<Notify>>>>> = match change {
+        let datasets: Box<dyn Iterator<Item = &ByPartition>> = match change {
             None => Box::new(self.partitions.values()),
             Some(c) => Box::new(self.partitions.get(&c.dataset).into_iter()),
         };

@@ -70,7 +70,7 @@ impl<'de> DeserializeSeed<'de> for Node<'_> {
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         let path = self.path.clone();
         let found = self.found;
-        d.deserialize_any(self).map_err(|e| {
+        d.deserialize_any(self).inspect_err(|e| {
             // serde_json refuses `1e999` itself; say which field held it.
             if found.borrow().is_none() && e.to_string().starts_with("number out of range") {
                 let field = if path.is_empty() { "(body)".to_owned() } else { path.clone() };
@@ -79,7 +79,6 @@ impl<'de> DeserializeSeed<'de> for Node<'_> {
                     format!("{field}: the number is too large to be represented (not a finite double)"),
                 ));
             }
-            e
         })
     }
 }

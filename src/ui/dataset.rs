@@ -232,11 +232,11 @@ fn volume(d: &DatasetRecord, parts: &[PartitionRecord], attempted: &BTreeMap<Str
     if series.is_empty() {
         return html! { p.empty { "Nothing published yet." } };
     }
+    series.values_mut().for_each(|points| points.sort());
     let periods = d.baseline_periods as usize;
     html! {
         div.charts {
-            @for (key, mut points) in series.into_iter().take(6) {
-                @let _ = points.sort();
+            @for (key, points) in series.into_iter().take(6) {
                 @let chart: Vec<VolumePoint> = points.iter().enumerate().skip(points.len().saturating_sub(CHART_PERIODS)).map(|(i, (dt, n, partition, _))| {
                     let published: Vec<i64> = points[..i].iter().filter(|x| x.3).map(|x| x.1).collect();
                     let earlier = &published[published.len().saturating_sub(periods)..];

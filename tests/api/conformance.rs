@@ -48,11 +48,13 @@ pub fn template_of(method: &str, path: &str) -> Option<String> {
 }
 
 type Checker = Arc<Result<Option<jsonschema::Validator>, String>>;
+/// A response's method, route template and status.
+type ResponseKey = (String, String, u16);
 
 /// The validator of one response, built once: `Ok(None)` when the response
 /// has no JSON body, `Err` when the status is not documented.
 fn checker(method: &str, template: &str, status: u16) -> Checker {
-    static CACHE: OnceLock<Mutex<HashMap<(String, String, u16), Checker>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<HashMap<ResponseKey, Checker>>> = OnceLock::new();
     let key = (method.to_ascii_lowercase(), template.to_owned(), status);
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().unwrap().get(&key) {
