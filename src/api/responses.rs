@@ -153,7 +153,9 @@ impl CommitRejected {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum CommitRefusal {
-    Rejected(CommitRejected),
+    // Boxed: a batch record is far larger than a field error (the spec
+    // is the same either way).
+    Rejected(Box<CommitRejected>),
     Invalid(ErrorBody),
 }
 
