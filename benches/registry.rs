@@ -26,7 +26,8 @@
 //!    distinct datasets next to a pgbench script doing one INSERT and one
 //!    UPDATE per transaction (and the same with a `pg_notify`, and with one
 //!    lock held through COMMIT: the ceiling of the write design, see
-//!    [`Pgbench`]), the bytes each batch the API wrote took, and
+//!    [`Pgbench`]), the bytes each batch the API wrote took (and, on a
+//!    database of its own, took with names as long as real ones), and
 //!    10,000 long-poll waiters on 1,000 partitions (RSS, queries while idle
 //!    as the service counts them in `batchgate_db_operations_total`, how
 //!    soon each is answered after its partition's publish, publishing speed
@@ -547,6 +548,9 @@ struct Figures {
     api_bytes_by_relation: Vec<(String, f64)>,
     /// PostgreSQL: bytes per batch when vacuum keeps up ([`steady_bytes`]).
     steady_bytes: Option<f64>,
+    /// Bytes per batch on a database of its own ([`own_db_bytes`]), with
+    /// short names and with names as long as real ones.
+    name_bytes: Option<(f64, f64)>,
     waiters: Option<Waiters>,
 }
 
@@ -752,6 +756,10 @@ async fn measure_db(
             if backend == Backend::Postgres {
                 f.steady_bytes = Some(steady_bytes(&http, tmp).await?);
             }
+            f.name_bytes = Some((
+                own_db_bytes(&http, backend, tmp, Names::Short).await?,
+                own_db_bytes(&http, backend, tmp, Names::Long).await?,
+            ));
         }
         anyhow::Ok(())
     }
@@ -926,6 +934,72 @@ async fn steady_bytes(http: &reqwest::Client, tmp: &tempfile::TempDir) -> Result
     service.stop().await?;
     db.remove().await?;
     outcome
+}
+
+/// Writers of [`own_db_bytes`], each on its own dataset.
+const OWN_DB_CLIENTS: usize = 32;
+/// Cycles each of them measures (after two that create the datasets).
+const OWN_DB_CYCLES: u64 = 150;
+
+#[derive(Clone, Copy)]
+enum Names {
+    /// As the rest of the bench: task `w07`, dataset `w.d07`.
+    Short,
+    /// As long as real ones: task `load_dws_order_detail_region_07`,
+    /// dataset `dws.order_detail_region_07`.
+    Long,
+}
+
+impl Names {
+    fn of(self, c: usize) -> (String, String) {
+        match self {
+            Names::Short => (format!("w{c:02}"), format!("w.d{c:02}")),
+            Names::Long => (format!("load_dws_order_detail_region_{c:02}"), format!("dws.order_detail_region_{c:02}")),
+        }
+    }
+}
+
+/// Bytes per one-partition batch the API writes on a database of its own
+/// (no seed, no lineage, nothing but these writers): growth over
+/// [`OWN_DB_CLIENTS`] × [`OWN_DB_CYCLES`] batches. Run with short names and
+/// with long ones, the difference is what names cost: a name is stored
+/// several times per batch, in rows and in index keys and in the batch id,
+/// and the bench's other names have 2 to 6 characters.
+async fn own_db_bytes(http: &reqwest::Client, backend: Backend, tmp: &tempfile::TempDir, names: Names) -> Result<f64> {
+    let db = Db::create(backend, "names", tmp).await?;
+    let service = Service::spawn(&db, &tmp.path().join("names.log")).await?;
+    let base = service.base();
+    let outcome = async {
+        own_db_cycles(http, &base, "2200-01-01".parse()?, 2, names).await?;
+        let (size0, count0) = (db.size().await?, db.batches().await?);
+        own_db_cycles(http, &base, "2300-01-01".parse()?, OWN_DB_CYCLES, names).await?;
+        let (size1, count1) = (db.size().await?, db.batches().await?);
+        anyhow::Ok((size1 - size0) as f64 / (count1 - count0).max(1) as f64)
+    }
+    .await;
+    service.stop().await?;
+    db.remove().await?;
+    outcome
+}
+
+async fn own_db_cycles(http: &reqwest::Client, base: &str, first: NaiveDate, cycles: u64, names: Names) -> Result<()> {
+    let writers: Vec<_> = (0..OWN_DB_CLIENTS)
+        .map(|c| {
+            let (http, base) = (http.clone(), base.to_owned());
+            tokio::spawn(async move {
+                let (task, dataset) = names.of(c);
+                for n in 0..cycles {
+                    let dt = first.checked_add_days(Days::new(n)).context("date")?;
+                    cycle(&http, &base, &task, &dataset, dt).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await??;
+    }
+    Ok(())
 }
 
 async fn writes(http: &reqwest::Client, bases: &[String], db: &Db, knobs: &Knobs) -> Result<Vec<Writes>> {
@@ -1390,6 +1464,12 @@ fn report(backend: Backend, s: &Figures, b: &Figures) {
         );
         let parts: Vec<String> = s.api_bytes_by_relation.iter().map(|(name, b)| format!("{name} {b:.0}")).collect();
         println!("  by table and index: {}", parts.join(", "));
+    }
+    if let Some((short, long)) = s.name_bytes {
+        println!(
+            "bytes per batch on a database of its own ({OWN_DB_CLIENTS} writers, nothing else): names of 3-5 characters (task w07, dataset w.d07) {short:.0}, as long as real ones (task load_dws_order_detail_region_07, dataset dws.order_detail_region_07) {long:.0}  goal <= 1024  {}",
+            verdict(long <= BYTES_GOAL)
+        );
     }
     if let Some(steady) = s.steady_bytes {
         println!(
