@@ -1282,7 +1282,12 @@ async fn waiters(http: &reqwest::Client, services: &[Service], datasets: u64, kn
     }
     let leaving = Instant::now();
     while metric(http, &base, "batchgate_longpoll_waiters").await? > 0.0 {
-        ensure!(leaving.elapsed() < Duration::from_secs(60), "the waiters did not all leave within 60 s");
+        if leaving.elapsed() > Duration::from_secs(60) {
+            // Unanswered waiters are already a FAIL above; the baseline is
+            // then measured with them.
+            println!("  NOTE: waiters still connected 60 s after the last publish; publishing measured with them");
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let after = publish(http, &pbase, publisher.pid, &targets("2600-01-01", WAITED_PARTITIONS)?).await?;
