@@ -943,7 +943,7 @@ const OWN_DB_CYCLES: u64 = 150;
 
 #[derive(Clone, Copy)]
 enum Names {
-    /// As the rest of the bench: task `w07`, dataset `w.d07`.
+    /// As short as the rest of the bench's names: task `w07`, dataset `w.d07`.
     Short,
     /// As long as real ones: task `load_dws_order_detail_region_07`,
     /// dataset `dws.order_detail_region_07`.
