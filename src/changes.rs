@@ -51,11 +51,11 @@ pub enum Interest {
     Everything,
 }
 
-/// The long-polls waiting now, indexed by what they wait for, so that a
-/// change wakes only the waiters of the partitions it touched.
 /// The waiters on each partition of one dataset: partition → waiter id → its notify.
 type ByPartition = HashMap<String, HashMap<u64, Arc<Notify>>>;
 
+/// The long-polls waiting now, indexed by what they wait for, so that a
+/// change wakes only the waiters of the partitions it touched.
 #[derive(Default)]
 struct Waiters {
     next_id: u64,
