@@ -346,6 +346,7 @@ fn cli_audit(action: &str, name: &str) -> batchgate::store::AuditEntry {
         action: action.into(),
         method: "CLI".into(),
         path: format!("token/{name}"),
+        route: None,
         dataset: None,
         status: 200,
     }

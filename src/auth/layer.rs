@@ -71,7 +71,17 @@ pub async fn gate(State(app): State<AppState>, req: Request, next: Next) -> Resp
         n => actor.allows(n.kind().unwrap_or(Kind::Admin), &datasets),
     };
     let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned();
-    let path = req.uri().path().to_owned();
+    // The audit row of a write, but for its dataset and status.
+    let recorded = AuditEntry {
+        actor: actor.name.clone(),
+        request_id: request_id.clone(),
+        action: rule.action.to_owned(),
+        method: method.to_string(),
+        path: req.uri().path().to_owned(),
+        route: Some(route),
+        dataset: None,
+        status: 0,
+    };
     let resp = match allowed {
         Ok(()) => {
             crate::telemetry::context::set_actor(&actor.name);
@@ -82,7 +92,7 @@ pub async fn gate(State(app): State<AppState>, req: Request, next: Next) -> Resp
         Err(needed) => forbidden(&format!("this needs the scope {needed}"), &needed),
     };
     if write {
-        let entries = audit_entries(&actor, rule, &method, &path, &request_id, &datasets, resp.status());
+        let entries = audit_entries(&recorded, &datasets, resp.status());
         // With the database unavailable (503) the write did not happen and
         // the audit row could not be written either: waiting for it again
         // would only double the time to answer. The log keeps it.
@@ -189,23 +199,12 @@ fn audit_access(actor: &Actor, query: Option<&str>) -> Result<(), String> {
     }
 }
 
-fn audit_entries(
-    actor: &Actor,
-    rule: &Rule,
-    method: &Method,
-    path: &str,
-    request_id: &str,
-    datasets: &[String],
-    status: StatusCode,
-) -> Vec<AuditEntry> {
+/// The rows of a write: one per dataset it touched, or one.
+fn audit_entries(recorded: &AuditEntry, datasets: &[String], status: StatusCode) -> Vec<AuditEntry> {
     let entry = |dataset: Option<&String>| AuditEntry {
-        actor: actor.name.clone(),
-        request_id: request_id.to_owned(),
-        action: rule.action.to_owned(),
-        method: method.to_string(),
-        path: path.to_owned(),
         dataset: dataset.cloned(),
         status: status.as_u16(),
+        ..recorded.clone()
     };
     if datasets.is_empty() {
         vec![entry(None)]

@@ -10,6 +10,7 @@
 //! [`sqlite`] and [`postgres`].
 
 mod alerts;
+mod audit_form;
 mod batches;
 mod datasets;
 pub mod db;

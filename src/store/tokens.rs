@@ -8,6 +8,7 @@ use serde::Serialize;
 use sqlx::types::Json;
 use tokio::sync::oneshot;
 
+use super::audit_form::{batch_parameter, fill_route, request_id_numbers, request_id_text, route_parameters};
 use super::db::{args, placeholders, Arg, Dialect};
 use super::{Page, Position, SqlStore};
 use crate::changes::Change;
@@ -51,6 +52,9 @@ pub struct AuditEntry {
     pub action: String,
     pub method: String,
     pub path: String,
+    /// The route `path` matched (`/v1/batches/{batch_id}/commit`), if any:
+    /// the row then keeps the path as the route and its parameters.
+    pub route: Option<String>,
     pub dataset: Option<String>,
     pub status: u16,
 }
@@ -73,6 +77,33 @@ pub struct AuditRecord {
     pub status: i64,
 }
 
+/// An audit row as read: [`AuditRecord`]'s columns, its path and request
+/// id perhaps in their compact form (see [`super::audit_form`]).
+#[derive(sqlx::FromRow)]
+struct StoredAudit {
+    #[sqlx(flatten)]
+    record: AuditRecord,
+    route: Option<String>,
+    request_process: Option<i64>,
+    request_seq: Option<i64>,
+    /// The id of the batch the row refers to by number: the path's parameters.
+    batch_id: Option<String>,
+}
+
+impl StoredAudit {
+    /// The row as it was recorded, whichever form it was kept in.
+    fn record(self) -> AuditRecord {
+        let mut record = self.record;
+        if let Some(route) = self.route {
+            record.path = fill_route(&route, self.batch_id.as_deref().unwrap_or(&record.path));
+        }
+        if let (Some(process), Some(seq)) = (self.request_process, self.request_seq) {
+            record.request_id = request_id_text(process, seq);
+        }
+        record
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct AuditQuery {
     pub actor: Option<String>,
@@ -84,7 +115,7 @@ pub struct AuditQuery {
     pub before_id: Option<i64>,
 }
 
-/// Most audit rows one `INSERT` carries: 8 parameters each, far below
+/// Most audit rows one `INSERT` carries: 12 parameters each, far below
 /// either backend's limit on parameters per statement.
 const AUDIT_ROWS_PER_INSERT: usize = 500;
 
@@ -275,7 +306,7 @@ impl SqlStore {
         let used: BTreeSet<&str> = batch
             .iter()
             .flat_map(|p| &p.entries)
-            .flat_map(|e| [Some(&e.actor), Some(&e.action), Some(&e.method), e.dataset.as_ref()])
+            .flat_map(|e| [Some(&e.actor), Some(&e.action), Some(&e.method), e.dataset.as_ref(), e.route.as_ref()])
             .flatten()
             .map(String::as_str)
             .collect();
@@ -288,7 +319,8 @@ impl SqlStore {
         let mut r = self.read().await?;
         let numbers = self.stored_numbers(&mut r.conn(), &names).await?;
         let (sql, a) = audit_page_sql(self.dialect(), q, &numbers);
-        let mut items: Vec<AuditRecord> = r.conn().all(&sql, a).await?;
+        let stored: Vec<StoredAudit> = r.conn().all(&sql, a).await?;
+        let mut items: Vec<AuditRecord> = stored.into_iter().map(StoredAudit::record).collect();
         let more = items.len() as i64 > q.limit;
         items.truncate(q.limit as usize);
         let next = items.last().filter(|_| more).map(|x| Position::Id(x.id));
@@ -337,13 +369,17 @@ pub fn audit_page_sql(d: Dialect, q: &AuditQuery, numbers: &HashMap<String, i64>
     let sql = format!(
         "SELECT * FROM (\
             SELECT l.id AS id, {at} AS at, who.name AS actor, l.request_id AS request_id, what.name AS action, \
-                   how.name AS method, l.path AS path, ds.name AS dataset, l.status AS status \
+                   how.name AS method, l.path AS path, ds.name AS dataset, l.status AS status, rt.name AS route, \
+                   l.request_process AS request_process, l.request_seq AS request_seq, bt.batch_id AS batch_id \
             FROM audit_log l JOIN audit_names who ON who.id = l.actor JOIN audit_names what ON what.id = l.action \
-                 JOIN audit_names how ON how.id = l.method LEFT JOIN audit_names ds ON ds.id = l.dataset{compact} \
+                 JOIN audit_names how ON how.id = l.method LEFT JOIN audit_names ds ON ds.id = l.dataset \
+                 LEFT JOIN audit_names rt ON rt.id = l.route LEFT JOIN batches bt ON bt.id = l.batch{compact} \
             ORDER BY l.id DESC LIMIT {limit}) AS compact \
          UNION ALL \
          SELECT * FROM (\
-            SELECT id, at, actor, request_id, action, method, path, dataset, status FROM audit{old} \
+            SELECT id, at, actor, request_id, action, method, path, dataset, status, CAST(NULL AS TEXT) AS route, \
+                   CAST(NULL AS BIGINT) AS request_process, CAST(NULL AS BIGINT) AS request_seq, \
+                   CAST(NULL AS TEXT) AS batch_id FROM audit{old} \
             ORDER BY id DESC LIMIT {limit}) AS old \
          ORDER BY id DESC LIMIT {limit}",
         at = d.instant_value("l.at"),
@@ -358,7 +394,7 @@ pub fn audit_page_sql(d: Dialect, q: &AuditQuery, numbers: &HashMap<String, i64>
 /// an `INSERT … SELECT` of at most [`AUDIT_ROWS_PER_INSERT`] rows, every
 /// name given by its number in `numbers`.
 fn audit_inserts(d: Dialect, batch: &[Pending], numbers: &HashMap<String, i64>) -> Vec<(String, Vec<Arg>)> {
-    const COLUMNS: usize = 8;
+    const COLUMNS: usize = 12;
     let number = |name: &str| numbers.get(name).copied();
     let rows: Vec<(DateTime<Utc>, &AuditEntry)> =
         batch.iter().flat_map(|p| p.entries.iter().map(move |e| (p.at, e))).collect();
@@ -368,6 +404,18 @@ fn audit_inserts(d: Dialect, batch: &[Pending], numbers: &HashMap<String, i64>) 
                 (0..chunk.len()).map(|r| format!("({})", placeholders(r * COLUMNS + 1, COLUMNS))).collect();
             let mut a: Vec<Arg> = Vec::with_capacity(chunk.len() * COLUMNS);
             for (at, e) in chunk {
+                let by_route = e.route.as_deref().and_then(|r| Some((r, number(r)?, route_parameters(r, &e.path)?)));
+                let (route, path, batch_id) = match by_route {
+                    Some((route, n, parameters)) => {
+                        let batch_id = batch_parameter(route, &parameters).map(str::to_owned);
+                        (Some(n), parameters, batch_id)
+                    }
+                    None => (None, e.path.clone(), None),
+                };
+                let (request_id, process, seq) = match request_id_numbers(&e.request_id) {
+                    Some((process, seq)) => ("", Some(process), Some(seq)),
+                    None => (e.request_id.as_str(), None, None),
+                };
                 a.push(d.instant(*at));
                 a.extend(args![
                     number(&e.actor),
@@ -375,13 +423,24 @@ fn audit_inserts(d: Dialect, batch: &[Pending], numbers: &HashMap<String, i64>) 
                     number(&e.method),
                     e.dataset.as_deref().and_then(number),
                     i64::from(e.status),
-                    &e.request_id,
-                    &e.path
+                    request_id,
+                    path,
+                    route,
+                    process,
+                    seq,
+                    batch_id
                 ]);
             }
+            // A stored batch's id is kept as its number; the path's
+            // parameters then as nothing. Rows go in in the order given:
+            // a lookup each, no join to reorder them.
             let sql = format!(
-                "INSERT INTO audit_log (at, actor, action, method, dataset, status, request_id, path) \
-                 SELECT * FROM (VALUES {}) AS v",
+                "INSERT INTO audit_log (at, actor, action, method, dataset, status, request_id, path, route, \
+                 request_process, request_seq, batch) \
+                 SELECT column1, column2, column3, column4, column5, column6, column7, \
+                        CASE WHEN batch IS NULL THEN column8 ELSE '' END, column9, column10, column11, batch \
+                 FROM (SELECT v.*, (SELECT b.id FROM batches b WHERE b.batch_id = v.column12) AS batch \
+                       FROM (VALUES {}) AS v) AS w",
                 values.join(", ")
             );
             (sql, a)
@@ -405,6 +464,7 @@ mod tests {
             action: "batch.start".into(),
             method: "POST".into(),
             path: "/v1/batches".into(),
+            route: Some("/v1/batches".into()),
             dataset: Some("d".into()),
             status: 201,
         }
@@ -453,8 +513,8 @@ mod tests {
         let kinds = ["published", "restated", "invalidated", "stale", "fresh_again"];
         assert_eq!(
             names,
-            [&kinds[..], &["POST", "batch.start", "d", "tester"]].concat(),
-            "the feed's kinds (0020) first"
+            [&kinds[..], &["/v1/batches", "POST", "batch.start", "d", "tester"]].concat(),
+            "the feed's kinds (0020) first, then the names the row used (its route among them, 0021)"
         );
         store.names.lock().extend((0..super::super::names::NAMES_KEPT).map(|i| (format!("filler-{i}"), -1)));
 
@@ -470,6 +530,6 @@ mod tests {
         assert_eq!(seen, [("r2", Some("e"), "tester"), ("r1", Some("d"), "tester")]);
         let mut r = store.read().await.expect("read");
         let count: (i64,) = r.conn().one("SELECT COUNT(*) FROM audit_names", args![]).await.expect("count");
-        assert_eq!(count.0, 10, "only e was new");
+        assert_eq!(count.0, 11, "only e was new");
     }
 }

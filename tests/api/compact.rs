@@ -20,6 +20,8 @@ use crate::per_backend;
 const BEFORE_COMPACT_AUDIT: i64 = 18;
 /// The last migration before the change feed went by number.
 const BEFORE_COMPACT_FEED: i64 = 19;
+/// The last migration before the audit log kept paths by route.
+const BEFORE_AUDIT_ROUTES: i64 = 20;
 
 /// The audit rows an older version wrote (`audit`): time, actor, request
 /// id, action, dataset. Their ids are the sequence's first.
@@ -159,7 +161,11 @@ async fn an_upgraded_audit_log_lists_the_rows_before_and_after_as_one(backend: B
     let names = "SELECT COUNT(*) FROM audit_names WHERE name IN ('anonymous', 'batch.start', 'batch.commit', 'POST', 'd.shared')";
     assert_eq!(app.sql_count(names).await, 5, "each name once");
     let all_names = "SELECT COUNT(*) FROM audit_names";
-    assert_eq!(app.sql_count(all_names).await, 10, "only the names used, and the feed's five kinds (0020)");
+    assert_eq!(
+        app.sql_count(all_names).await,
+        12,
+        "only the names used (two routes among them), and the feed's five kinds (0020)"
+    );
     if backend == Backend::Sqlite {
         assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_log WHERE typeof(at) = 'integer'").await, 2);
     }
@@ -171,7 +177,7 @@ async fn an_upgraded_audit_log_lists_the_rows_before_and_after_as_one(backend: B
     let before = writes(&crate::metrics::scrape(&app).await);
     let id = app.start_ok("t", "d.shared", "2026-08-25", &["dt=2026-08-25"]).await;
     assert_eq!(writes(&crate::metrics::scrape(&app).await) - before, 2.0, "no name stored again");
-    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names").await, 10);
+    assert_eq!(app.sql_count("SELECT COUNT(*) FROM audit_names").await, 12);
     let (_, page) = app.get("/v1/audit?limit=1").await;
     assert_eq!((field(&page["items"][0], "action"), field(&page["items"][0], "dataset")), ("batch.start", "d.shared"));
     assert!(!id.is_empty());
@@ -181,6 +187,104 @@ per_backend! {
     an_upgraded_audit_log_lists_the_rows_before_and_after_as_one
         => sqlite_an_upgraded_audit_log_lists_the_rows_before_and_after_as_one,
            postgres_an_upgraded_audit_log_lists_the_rows_before_and_after_as_one;
+}
+
+/// A registry whose audit log has rows written as the version before 0021
+/// wrote them (path and request id as text) lists them as they were, and
+/// the rows written after, kept as route and parameters and as two
+/// numbers, as they were recorded: the path requested, the `x-request-id`
+/// answered (or sent by the client, which is kept as it came).
+async fn audit_rows_kept_by_route_list_as_recorded_beside_the_rows_before(backend: Backend) {
+    let Some(db) = TestDb::create(backend).await else { return };
+    let old_rows = "INSERT INTO audit_names (name) VALUES ('old-etl'), ('batch.commit'), ('POST'); \
+        INSERT INTO audit_log (at, actor, action, method, dataset, status, request_id, path) \
+        SELECT 1, who.id, what.id, how.id, NULL, 200, '0123456789ab-7', '/v1/batches/o-20260101-001/commit' \
+        FROM audit_names who, audit_names what, audit_names how \
+        WHERE who.name = 'old-etl' AND what.name = 'batch.commit' AND how.name = 'POST'";
+    let old_rows = match backend {
+        Backend::Sqlite => old_rows.to_owned(),
+        Backend::Postgres => old_rows.replace("SELECT 1,", "SELECT TIMESTAMPTZ '2026-01-01T00:00:00Z',"),
+    };
+    registry_through(backend, &db, BEFORE_AUDIT_ROUTES, &old_rows).await;
+    let app = TestApp::spawn_on_prepared(backend, db).await;
+
+    // A start and a heartbeat, answered with request ids of the service's
+    // own; a commit that sends its own request id, with a character of the
+    // batch id percent-encoded (axum decodes it: the same batch).
+    let body =
+        serde_json::json!({"task": "t", "dataset": "d.routes", "dt": "2026-08-24", "partitions": ["dt=2026-08-24"]});
+    let resp = app.client.post(format!("{}/v1/batches", app.base)).json(&body).send().await.expect("start");
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let start_request = resp.headers()["x-request-id"].to_str().expect("id").to_owned();
+    let id = resp.json::<Value>().await.expect("json")["batch_id"].as_str().expect("batch id").to_owned();
+    let resp = app.client.post(format!("{}/v1/batches/{id}/heartbeat", app.base)).send().await.expect("heartbeat");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let heartbeat_request = resp.headers()["x-request-id"].to_str().expect("id").to_owned();
+    let commit_path = format!("/v1/batches/{}/commit", id.replacen('-', "%2D", 1));
+    let resp = app
+        .client
+        .post(format!("{}{commit_path}", app.base))
+        .header("x-request-id", "airflow-run-42")
+        .json(&clean("dt=2026-08-24", 10))
+        .send()
+        .await
+        .expect("commit");
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    let rows = all_pages(&app, "").await;
+    let listed: Vec<(&str, &str, &str)> =
+        rows.iter().map(|r| (field(r, "action"), field(r, "path"), field(r, "request_id"))).collect();
+    assert_eq!(
+        listed,
+        [
+            ("batch.commit", commit_path.as_str(), "airflow-run-42"),
+            ("batch.heartbeat", &format!("/v1/batches/{id}/heartbeat"), heartbeat_request.as_str()),
+            ("batch.start", "/v1/batches", start_request.as_str()),
+            ("batch.commit", "/v1/batches/o-20260101-001/commit", "0123456789ab-7"),
+        ]
+    );
+    assert_eq!(field(&rows[0], "dataset"), "d.routes", "{}", rows[0]);
+
+    // How they are kept: the old row as it was; the new by route, a stored
+    // batch by number, the service's request id as numbers, the client's
+    // (and a batch id as the client encoded it) as its text.
+    let kept = app
+        .sql_rows(
+            "SELECT r.name, l.path, l.request_id, CAST(l.request_process AS TEXT), CAST(l.request_seq AS TEXT), \
+                    b.batch_id \
+             FROM audit_log l LEFT JOIN audit_names r ON r.id = l.route LEFT JOIN batches b ON b.id = l.batch \
+             ORDER BY l.id",
+        )
+        .await;
+    let some = |s: &str| Some(s.to_owned());
+    let numbers = |request: &str| {
+        let (process, seq) = request.split_once('-').expect("the service's form");
+        let number = |hex: &str| Some(i64::from_str_radix(hex, 16).expect("hex").to_string());
+        (number(process), number(seq))
+    };
+    let ((start_process, start_seq), (beat_process, beat_seq)) = (numbers(&start_request), numbers(&heartbeat_request));
+    assert_eq!(
+        kept,
+        [
+            vec![None, some("/v1/batches/o-20260101-001/commit"), some("0123456789ab-7"), None, None, None],
+            vec![some("/v1/batches"), some(""), some(""), start_process, start_seq, None],
+            vec![some("/v1/batches/{batch_id}/heartbeat"), some(""), some(""), beat_process, beat_seq, some(&id)],
+            vec![
+                some("/v1/batches/{batch_id}/commit"),
+                some(&id.replacen('-', "%2D", 1)),
+                some("airflow-run-42"),
+                None,
+                None,
+                None
+            ],
+        ]
+    );
+}
+
+per_backend! {
+    audit_rows_kept_by_route_list_as_recorded_beside_the_rows_before
+        => sqlite_audit_rows_kept_by_route_list_as_recorded_beside_the_rows_before,
+           postgres_audit_rows_kept_by_route_list_as_recorded_beside_the_rows_before;
 }
 
 /// The changes an older version wrote (`changes`): time, kind, dataset,
