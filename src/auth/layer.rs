@@ -70,18 +70,17 @@ pub async fn gate(State(app): State<AppState>, req: Request, next: Next) -> Resp
         Need::Audit => audit_access(&actor, req.uri().query()),
         n => actor.allows(n.kind().unwrap_or(Kind::Admin), &datasets),
     };
-    let request_id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned();
-    // The audit row of a write, but for its dataset and status.
-    let recorded = AuditEntry {
+    // The audit row of a write, but for its dataset and status; reads have none.
+    let recorded = write.then(|| AuditEntry {
         actor: actor.name.clone(),
-        request_id: request_id.clone(),
+        request_id: req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned(),
         action: rule.action.to_owned(),
         method: method.to_string(),
         path: req.uri().path().to_owned(),
         route: Some(route),
         dataset: None,
         status: 0,
-    };
+    });
     let resp = match allowed {
         Ok(()) => {
             crate::telemetry::context::set_actor(&actor.name);
@@ -91,7 +90,8 @@ pub async fn gate(State(app): State<AppState>, req: Request, next: Next) -> Resp
         }
         Err(needed) => forbidden(&format!("this needs the scope {needed}"), &needed),
     };
-    if write {
+    if let Some(recorded) = recorded {
+        let request_id = &recorded.request_id;
         let entries = audit_entries(&recorded, &datasets, resp.status());
         // With the database unavailable (503) the write did not happen and
         // the audit row could not be written either: waiting for it again
