@@ -3,8 +3,8 @@
 //! once in `audit_names`) and the raw text of the route's parameters, and a
 //! request id of the form this service gives (`3a1a688b7049-1c`) as two
 //! integers; a batch id among the parameters, as the batch's number. Each
-//! form is used only for a value it gives back exactly;
-//! any other value is kept as it came.
+//! form is used only for a value it gives back exactly; any other value is
+//! kept as it came.
 
 /// The raw text of each `{…}` parameter of `route` in `path`, joined by
 /// `/` (a parameter is one path segment, so holds none), if `path` is
