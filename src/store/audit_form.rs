@@ -55,15 +55,12 @@ pub fn fill_route(route: &str, parameters: &str) -> String {
 /// if [`request_id_text`] gives it back exactly.
 pub fn request_id_numbers(id: &str) -> Option<(i64, i64)> {
     let (process, seq) = id.split_once('-')?;
-    let hex = |s: &str, most: usize| {
-        (!s.is_empty() && s.len() <= most && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-            .then(|| i64::from_str_radix(s, 16).ok())
-            .flatten()
-    };
     if process.len() != 12 {
         return None;
     }
-    let numbers = (hex(process, 12)?, hex(seq, 15)?);
+    // Written back, the numbers give `id` only if it was lowercase, without
+    // a sign or leading zeros: the comparison is the whole check of form.
+    let numbers = (i64::from_str_radix(process, 16).ok()?, i64::from_str_radix(seq, 16).ok()?);
     (request_id_text(numbers.0, numbers.1) == id).then_some(numbers)
 }
 
