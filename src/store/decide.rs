@@ -295,7 +295,7 @@ impl SqlStore {
                 batch_id,
                 evidence.marker.clone(),
                 evidence.source.as_ref().map(Json),
-                Json(checks::Stored {
+                c.dialect().packed(&checks::Stored {
                     checks: &verdict.checks,
                     record: &checks::Recorded::of_commit(&declared, &evidence)
                 }),

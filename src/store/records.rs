@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 
 use super::batches::BATCH_COLUMNS;
-use super::db::{args, Conn, Dialect};
+use super::db::{args, Conn, Dialect, Packed};
 use super::events;
 use super::lineage::InputRecord;
 use crate::domain::batch::{BatchState, EventKind, FailCategory, FailStage, Trigger};
@@ -38,8 +38,9 @@ pub(super) struct BatchRow {
     pub decided_at: Option<DateTime<Utc>>,
     pub marker: Option<String>,
     pub source: Option<Json<SourceEvidence>>,
-    /// As [`checks::Stored`] writes them, or any form stored before.
-    pub checks: Option<Json<Vec<StoredCheck>>>,
+    /// As [`checks::Stored`] writes them (packed: [`Dialect::packed`]), or
+    /// any form stored before.
+    pub checks: Option<Json<Packed<Vec<StoredCheck>>>>,
     pub fail_stage: Option<FailStage>,
     pub fail_category: Option<FailCategory>,
     pub fail_message: Option<String>,
@@ -504,7 +505,7 @@ impl BatchRecord {
         let source = b.source.map(|j| j.0);
         let checks = match b.checks {
             None => Vec::new(),
-            Some(Json(stored)) => checks::rebuild(stored, || recorded(&b.marker, &source, &partitions))
+            Some(Json(Packed(stored))) => checks::rebuild(stored, || recorded(&b.marker, &source, &partitions))
                 .map_err(|e| unknown_value("checks", e))?,
         };
         Ok(Self {

@@ -423,6 +423,62 @@ per_backend! {
            postgres_an_upgraded_change_feed_lists_the_changes_before_and_after_as_one;
 }
 
+/// A batch's checks are stored packed (`Dialect::packed`): on PostgreSQL
+/// as one JSONB string holding their JSON text, under half the bytes of
+/// the JSONB array stored before; on SQLite as that text, as before. Checks
+/// stored as the document itself (every batch decided before) read back the
+/// same, published and rejected alike.
+async fn stored_checks_are_packed_and_the_form_before_reads_the_same(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else { return };
+    let published = app.publish("t", "d.packed", "2026-08-24", "dt=2026-08-24", 1000).await;
+    let published = published["batch_id"].as_str().expect("batch_id").to_owned();
+    let rejected = app.start_ok("t", "d.packed", "2026-08-25", &["dt=2026-08-25"]).await;
+    let (status, body) = app.commit(&rejected, &clean("dt=2026-08-25", 0)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "an empty partition is rejected: {body}");
+    let records = || async {
+        let mut checks = Vec::new();
+        for id in [&published, &rejected] {
+            let (status, record) = app.get(&format!("/v1/batches/{id}")).await;
+            assert_eq!(status, StatusCode::OK, "{record}");
+            checks.push(record["checks"].clone());
+        }
+        checks
+    };
+    let written = records().await;
+    for checks in &written {
+        assert_eq!(checks.as_array().map(Vec::len), Some(8), "eight checks: {checks}");
+    }
+    assert!(written[1].to_string().contains(r#""status":"fail""#), "the rejection's failed check: {}", written[1]);
+
+    let (kind, size) = match backend {
+        Backend::Sqlite => ("json_type(checks)", "length(checks)"),
+        Backend::Postgres => ("jsonb_typeof(checks)", "pg_column_size(checks)"),
+    };
+    let kinds = format!("SELECT {kind} FROM batches ORDER BY id");
+    let bytes = format!("SELECT CAST(SUM({size}) AS BIGINT) FROM batches");
+    let packed = match backend {
+        Backend::Sqlite => "array",
+        Backend::Postgres => "string",
+    };
+    assert_eq!(app.sql_rows(&kinds).await, vec![vec![Some(packed.to_owned())]; 2], "as stored");
+    let packed_bytes = app.sql_count(&bytes).await;
+
+    if backend == Backend::Postgres {
+        // The form every batch decided before this one was stored in.
+        app.sql("UPDATE batches SET checks = (checks #>> '{}')::jsonb").await;
+        assert_eq!(app.sql_rows(&kinds).await, vec![vec![Some("array".to_owned())]; 2], "as stored before");
+        let array_bytes = app.sql_count(&bytes).await;
+        assert!(packed_bytes * 2 < array_bytes, "packed {packed_bytes} bytes, as an array {array_bytes}");
+    }
+    assert_eq!(records().await, written, "the checks read back the same from either form");
+}
+
+per_backend! {
+    stored_checks_are_packed_and_the_form_before_reads_the_same
+        => sqlite_stored_checks_are_packed_and_the_form_before_reads_the_same,
+           postgres_stored_checks_are_packed_and_the_form_before_reads_the_same;
+}
+
 /// The first transaction that stores `name` in `audit_names` is refused at
 /// its `COMMIT` (PostgreSQL: a deferred trigger); the next stores it.
 async fn refuse_a_name_once_at_commit(app: &TestApp, name: &str) {

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use batchgate::domain::checks::{self, CheckResult, Compact, PartitionEvidence, Recorded, StoredCheck};
 use batchgate::domain::names::PartitionSpec;
+use batchgate::store::db::Packed;
 use batchgate::store::events::Started;
 
 use crate::helpers::{clean, TestApp};
@@ -159,13 +160,14 @@ async fn served_as_stored(app: &TestApp, id: &str) -> Vec<String> {
     let batch = app
         .sql_rows(&format!("SELECT CAST(checks AS TEXT), CAST(source AS TEXT) FROM batches WHERE batch_id = '{id}'"))
         .await;
-    // Checks are stored without what the batch's record gives back, or
-    // compactly or as shown by rows written before (issue 14): each reads as
-    // the checks, shown as their JSON value.
+    // Checks are stored without what the batch's record gives back, packed
+    // (on PostgreSQL one JSON string holding them), or compactly or as shown
+    // by rows written before (issue 14): each reads as the checks, shown as
+    // their JSON value.
     let checks = batch[0][0].as_deref().map_or_else(
         || "[]".to_owned(),
         |c| {
-            let stored: Vec<StoredCheck> = serde_json::from_str(c).expect("stored checks");
+            let Packed(stored): Packed<Vec<StoredCheck>> = serde_json::from_str(c).expect("stored checks");
             let read = checks::rebuild(stored, || Ok::<_, String>(recorded(&record))).expect("rebuilt checks");
             serde_json::to_string(&serde_json::to_value(&read).expect("JSON")).expect("JSON")
         },
@@ -278,7 +280,7 @@ async fn every_event_detail_checks_and_source_are_served_as_stored(app: TestApp)
     // back: the volume check's baseline aside, a number each.
     let stored_checks = |id: &str| format!("SELECT CAST(checks AS TEXT) FROM batches WHERE batch_id = '{id}'");
     let stored = app.sql_rows(&stored_checks(&b)).await[0][0].clone().expect("checks");
-    let stored: Value = serde_json::from_str(&stored).unwrap();
+    let Packed(stored): Packed<Value> = serde_json::from_str(&stored).unwrap();
     assert_eq!(stored, json!([1, 9, 17, 25, 33, 41, 54, 63]), "{stored}");
     // Checks as rows written before stored them, as shown before issue 14
     // and compact since: served the same, and so are their listings, the
