@@ -10,7 +10,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
-use super::db::{args, Conn, Tx, Writes};
+use super::db::{args, select_columns, Conn, Dialect, Tx, Writes};
 use super::events;
 use super::lineage::{self, UnreadyInput};
 use super::records::{
@@ -33,6 +33,15 @@ pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, st
      request_fingerprint, lease_seconds, lease_expires_at, started_at, decided_at, marker, source, checks, fail_stage, \
      fail_category, fail_message, superseded_by, decision_kind, decision_fingerprint, written_at, allow_unready_inputs, repair_id, start_retry, published_in_row";
 
+/// The instants of a batch's row, kept as numbers on SQLite (migration
+/// 0022, [`Dialect::split_instant`]).
+pub(super) const BATCH_INSTANTS: &[&str] = &["lease_expires_at", "started_at", "decided_at"];
+
+/// [`BATCH_COLUMNS`] as a `SELECT` of `batches` (aliased `alias`) lists them.
+pub(super) fn batch_columns(d: Dialect, alias: Option<&str>) -> String {
+    select_columns(d, alias, BATCH_COLUMNS, BATCH_INSTANTS)
+}
+
 /// The number of a task's next batch of a date (`$3` task, `$4` date, as
 /// the start's [`at_start`] binds them): its last plus one. Batches are never
 /// deleted, and a start that rolls back frees its number, so the numbers are
@@ -41,7 +50,7 @@ pub(super) const BATCH_COLUMNS: &str = "id, batch_id, task, dataset, dt, seq, st
 pub const NEXT_SEQ_SQL: &str = "SELECT COALESCE(MAX(seq), 0) + 1 FROM batches WHERE task = $3 AND dt = $4";
 
 pub(super) async fn load_batch(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<BatchRow>> {
-    let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE batch_id = $1");
+    let sql = format!("SELECT {} FROM batches WHERE batch_id = $1", batch_columns(c.dialect(), None));
     Ok(c.opt(&sql, args![batch_id]).await?)
 }
 
@@ -158,9 +167,13 @@ pub(super) async fn refresh_partition(
     let latest = history.iter().find(|(_, status, stage)| touches_table(*status, *stage));
     let state = partition_state(latest.map(|(_, s, _)| *s), version > 0);
     let batch_id = latest.or(history.first()).map(|(b, _, _)| b.clone());
+    let d = c.dialect();
     c.exec(
-        "UPDATE partitions SET state = $3, batch_id = $4, updated_at = $5 WHERE dataset = $1 AND partition_spec = $2",
-        args![dataset, partition, state, batch_id, now],
+        &format!(
+            "UPDATE partitions SET state = $3, batch_id = $4, {} WHERE dataset = $1 AND partition_spec = $2",
+            d.set_instant("updated_at", "$5")
+        ),
+        args![dataset, partition, state, batch_id, d.instant(now)],
     )
     .await?;
     Ok(state)
@@ -183,9 +196,10 @@ pub(super) async fn settle(
     state: BatchState,
     now: DateTime<Utc>,
 ) -> Result<Vec<String>> {
+    let d = c.dialect();
     c.exec(
-        "UPDATE batches SET state = $2, decided_at = $3 WHERE batch_id = $1",
-        args![&b.batch_id, state.as_str(), now],
+        &format!("UPDATE batches SET state = $2, {} WHERE batch_id = $1", d.set_instant("decided_at", "$3")),
+        args![&b.batch_id, state.as_str(), d.instant(now)],
     )
     .await?;
     settle_logs(c, b, state, now).await
@@ -287,7 +301,7 @@ impl SqlStore {
         let mut c = tx.conn();
 
         if let Some(key) = &req.idempotency_key {
-            let sql = format!("SELECT {BATCH_COLUMNS} FROM batches WHERE idempotency_key = $1");
+            let sql = format!("SELECT {} FROM batches WHERE idempotency_key = $1", batch_columns(c.dialect(), None));
             if let Some(b) = c.opt::<BatchRow>(&sql, args![key]).await? {
                 if !super::records::same_request(&b.request_fingerprint, &req.fingerprint) {
                     return Err(Error::invalid_code(
@@ -451,15 +465,21 @@ impl SqlStore {
         };
         // An ordinary start's event is its row's (migration 0013).
         let start_retry = started.row_number(now, req.lease_seconds);
+        let d = c.dialect();
+        let (lease_col, lease_val) = d.insert_instant("lease_expires_at", "$12");
+        let (started_col, started_val) = d.insert_instant("started_at", "$13");
         let (id,): (i64,) = c
             .one(
-                "INSERT INTO batches (batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
-                   request_fingerprint, lease_seconds, lease_expires_at, started_at, allow_unready_inputs, repair_id, start_retry) \
-                 VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id",
+                &format!(
+                    "INSERT INTO batches (batch_id, task, dataset, dt, seq, state, trigger_kind, run_ref, scope, idempotency_key, \
+                       request_fingerprint, lease_seconds, {lease_col}, {started_col}, allow_unready_inputs, repair_id, start_retry) \
+                     VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8, $9, $10, $11, {lease_val}, {started_val}, $14, $15, $16) \
+                     RETURNING id"
+                ),
                 args![
                     &batch_id, req.task.as_str(), dataset, req.dt, seq, req.trigger.as_str(), req.run_ref.clone(), req.scope.clone(),
-                    req.idempotency_key.clone(), super::records::fingerprint(&req.fingerprint), req.lease_seconds, lease_expires_at, now,
-                    req.allow_unready_inputs, req.repair_id, start_retry.map(i64::from)
+                    req.idempotency_key.clone(), super::records::fingerprint(&req.fingerprint), req.lease_seconds,
+                    d.instant(lease_expires_at), d.instant(now), req.allow_unready_inputs, req.repair_id, start_retry.map(i64::from)
                 ],
             )
             .await?;
@@ -471,12 +491,16 @@ impl SqlStore {
                  VALUES ($1, $2, $3, $4, $5, 'running', $6, $7)",
                 args![&batch_id, p.as_str(), req.task.as_str(), req.dt, dataset, id, now],
             );
+            let (updated_col, updated_val) = d.insert_instant("updated_at", "$6");
             w.push(
-                "INSERT INTO partitions (dataset, partition_spec, dt, baseline_key, state, batch_id, updated_at) \
-                 VALUES ($1, $2, $3, $4, 'running', $5, $6) \
-                 ON CONFLICT (dataset, partition_spec) DO UPDATE SET state = 'running', batch_id = excluded.batch_id, \
-                   dt = excluded.dt, baseline_key = excluded.baseline_key, updated_at = excluded.updated_at",
-                args![dataset, p.as_str(), req.dt, p.baseline_key(req.dt), &batch_id, now],
+                &format!(
+                    "INSERT INTO partitions (dataset, partition_spec, dt, baseline_key, state, batch_id, {updated_col}) \
+                     VALUES ($1, $2, $3, $4, 'running', $5, {updated_val}) \
+                     ON CONFLICT (dataset, partition_spec) DO UPDATE SET state = 'running', batch_id = excluded.batch_id, \
+                       dt = excluded.dt, baseline_key = excluded.baseline_key, {}",
+                    d.set_instant("updated_at", &d.excluded_instant("updated_at"))
+                ),
+                args![dataset, p.as_str(), req.dt, p.baseline_key(req.dt), &batch_id, d.instant(now)],
             );
         }
         lineage::record_inputs(&mut w, &batch_id, &inputs);
@@ -566,8 +590,12 @@ impl SqlStore {
         }
         let lease_expires_at = now + Duration::seconds(b.lease_seconds);
         let mut c = tx.conn();
-        c.exec("UPDATE batches SET lease_expires_at = $2 WHERE batch_id = $1", args![batch_id, lease_expires_at])
-            .await?;
+        let d = c.dialect();
+        c.exec(
+            &format!("UPDATE batches SET {} WHERE batch_id = $1", d.set_instant("lease_expires_at", "$2")),
+            args![batch_id, d.instant(lease_expires_at)],
+        )
+        .await?;
         record_heartbeat(&mut c, batch_id, now, lease_expires_at).await?;
         tx.commit().await?;
         Ok(Lease { batch_id: batch_id.to_owned(), state: BatchState::Running, lease_expires_at })

@@ -232,6 +232,25 @@ pub(super) fn qualified(alias: &str, columns: &str) -> String {
     columns.split(',').map(|col| format!("{alias}.{}", col.trim())).collect::<Vec<_>>().join(", ")
 }
 
+/// `columns` (`"a, b"`) as a `SELECT` lists them, qualified by `alias`
+/// when given, with each of `instants` read by [`Dialect::split_instant`]
+/// under its own name.
+pub(super) fn select_columns(d: Dialect, alias: Option<&str>, columns: &str, instants: &[&str]) -> String {
+    columns
+        .split(',')
+        .map(|col| {
+            let col = col.trim();
+            let named = alias.map(|a| format!("{a}.{col}")).unwrap_or_else(|| col.to_owned());
+            if instants.contains(&col) {
+                format!("{} AS {col}", d.split_instant(&named))
+            } else {
+                named
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `$first, $first+1, …` for `n` values: an `IN (…)` list, or one row of
 /// a multi-row `VALUES`.
 pub(super) fn placeholders(first: usize, n: usize) -> String {
@@ -282,6 +301,53 @@ impl Dialect {
                 )
             }
             Dialect::Postgres => col.to_owned(),
+        }
+    }
+
+    /// The instant column `col` of `batches` or `partitions` (one of
+    /// `batches::BATCH_INSTANTS` or `records::PARTITION_INSTANTS`) as a
+    /// query reads it. On SQLite, since migration 0022, such an instant is
+    /// kept as a number in `{col}_us` (see
+    /// [`Dialect::instant`]) and its first, text column holds `''` (it is
+    /// `NOT NULL` and a table is not rewritten to change that); rows written
+    /// before hold the text alone. Either reads as the same text form, so
+    /// the value compares with an instant bound as [`Arg::Time`] in time
+    /// order. On PostgreSQL the column is a `TIMESTAMPTZ`, read as it is.
+    /// `col` may be qualified (`b.started_at`).
+    pub fn split_instant(self, col: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("COALESCE({}, NULLIF({col}, ''))", self.instant_value(&format!("{col}_us"))),
+            Dialect::Postgres => col.to_owned(),
+        }
+    }
+
+    /// `col = value` in an `UPDATE`'s `SET` for an instant column read by
+    /// [`Dialect::split_instant`]: `value` is an instant bound by
+    /// [`Dialect::instant`], or the `excluded` one of an upsert
+    /// ([`Dialect::excluded_instant`]).
+    pub fn set_instant(self, col: &str, value: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("{col} = '', {col}_us = {value}"),
+            Dialect::Postgres => format!("{col} = {value}"),
+        }
+    }
+
+    /// The column list of an `INSERT` for an instant column read by
+    /// [`Dialect::split_instant`], and its values for `value` (an instant
+    /// bound by [`Dialect::instant`]).
+    pub fn insert_instant(self, col: &str, value: &str) -> (String, String) {
+        match self {
+            Dialect::Sqlite => (format!("{col}, {col}_us"), format!("'', {value}")),
+            Dialect::Postgres => (col.to_owned(), value.to_owned()),
+        }
+    }
+
+    /// The instant an upsert's `INSERT` proposed for `col`, in the
+    /// `ON CONFLICT … DO UPDATE` clause.
+    pub fn excluded_instant(self, col: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("excluded.{col}_us"),
+            Dialect::Postgres => format!("excluded.{col}"),
         }
     }
 

@@ -10,8 +10,8 @@ use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::batches::{
-    event, load_batch, load_policy, load_record, not_found, refresh_partition, refresh_partitions, settle_logs,
-    BATCH_COLUMNS,
+    batch_columns, event, load_batch, load_policy, load_record, not_found, refresh_partition, refresh_partitions,
+    settle_logs,
 };
 use super::db::{args, placeholders, qualified, Arg, Conn, Writes};
 use super::events;
@@ -245,7 +245,7 @@ impl SqlStore {
              LEFT JOIN partitions p ON p.dataset = b.dataset AND p.partition_spec = l.target_partition \
              WHERE l.batch_id = $1 ORDER BY l.target_partition",
             qualified("d", DATASET_COLUMNS),
-            qualified("b", BATCH_COLUMNS)
+            batch_columns(c.dialect(), Some("b"))
         );
         let standing: Vec<Declared> = c.all(&sql, args![batch_id]).await?;
         let b = match standing.first() {
@@ -288,9 +288,13 @@ impl SqlStore {
         // counts, version and status together.
         let state = if verdict.passed { BatchState::Published } else { BatchState::Rejected };
         let mut w = Writes::default();
+        let dialect = c.dialect();
         w.push(
-            "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5, \
-               state = $6, decided_at = $7, published_in_row = $8 WHERE batch_id = $1",
+            format!(
+                "UPDATE batches SET marker = $2, source = $3, checks = $4, decision_kind = 'commit', decision_fingerprint = $5, \
+                   state = $6, {}, published_in_row = $8 WHERE batch_id = $1",
+                dialect.set_instant("decided_at", "$7")
+            ),
             args![
                 batch_id,
                 evidence.marker.clone(),
@@ -301,7 +305,7 @@ impl SqlStore {
                 }),
                 records::fingerprint(&fingerprint),
                 state.as_str(),
-                now,
+                dialect.instant(now),
                 // A publish's `committed` event is the row's (migration 0013).
                 verdict.passed
             ],
@@ -356,9 +360,9 @@ impl SqlStore {
             let mut published = Vec::new();
             for (p, d, expected) in publishing {
                 let mut set = String::new();
-                let mut values = args![&b.dataset, p.partition.as_str(), batch_id, p.row_count, now];
+                let mut values = args![&b.dataset, p.partition.as_str(), batch_id, p.row_count, dialect.instant(now)];
                 if d.latest {
-                    set.push_str(", state = $6, batch_id = $3, updated_at = $5");
+                    set.push_str(&format!(", state = $6, batch_id = $3, {}", dialect.set_instant("updated_at", "$5")));
                     values.extend(args![ready]);
                 }
                 if clears {
@@ -370,9 +374,10 @@ impl SqlStore {
                     .one(
                         &format!(
                             "UPDATE partitions SET version = version + 1, published_batch_id = $3, published_row_count = $4, \
-                               published_at = $5, prev_published_batch_id = published_batch_id, \
+                               {}, prev_published_batch_id = published_batch_id, \
                                prev_published_row_count = published_row_count{set} \
-                             WHERE dataset = $1 AND partition_spec = $2 RETURNING version, prev_published_batch_id"
+                             WHERE dataset = $1 AND partition_spec = $2 RETURNING version, prev_published_batch_id",
+                            dialect.set_instant("published_at", "$5")
                         ),
                         values,
                     )
@@ -497,10 +502,21 @@ impl SqlStore {
             return answer;
         }
         let mut c = tx.conn();
+        let d = c.dialect();
         c.exec(
-            "UPDATE batches SET fail_stage = $2, fail_category = $3, fail_message = $4, decision_kind = 'fail', decision_fingerprint = $5, \
-               state = 'failed', decided_at = $6 WHERE batch_id = $1",
-            args![batch_id, report.stage.as_str(), report.category.as_str(), report.message.clone(), records::fingerprint(&fingerprint), now],
+            &format!(
+                "UPDATE batches SET fail_stage = $2, fail_category = $3, fail_message = $4, decision_kind = 'fail', \
+                   decision_fingerprint = $5, state = 'failed', {} WHERE batch_id = $1",
+                d.set_instant("decided_at", "$6")
+            ),
+            args![
+                batch_id,
+                report.stage.as_str(),
+                report.category.as_str(),
+                report.message.clone(),
+                records::fingerprint(&fingerprint),
+                d.instant(now)
+            ],
         )
         .await?;
         let changed = settle_logs(&mut c, &b, BatchState::Failed, now).await?;

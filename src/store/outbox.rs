@@ -215,8 +215,11 @@ pub(super) async fn on_change(
         };
         let (row_count, published_at, superseded_row_count): (Option<i64>, Option<DateTime<Utc>>, Option<i64>) = c
             .one(
-                "SELECT published_row_count, published_at, prev_published_row_count FROM partitions \
-                 WHERE dataset = $1 AND partition_spec = $2",
+                &format!(
+                    "SELECT published_row_count, {} AS published_at, prev_published_row_count FROM partitions \
+                     WHERE dataset = $1 AND partition_spec = $2",
+                    c.dialect().split_instant("published_at")
+                ),
                 args![change.dataset, change.partition],
             )
             .await?;

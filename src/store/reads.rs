@@ -5,7 +5,7 @@ use chrono::NaiveDate;
 
 use super::batches::load_record;
 use super::db::{args, placeholders, Arg, Dialect};
-use super::records::{record_sql, RecordRow, PARTITION_COLUMNS};
+use super::records::{partition_columns, record_sql, RecordRow};
 use super::*;
 use crate::changes::TaskLatest;
 use crate::error::Result;
@@ -95,10 +95,10 @@ pub fn batch_page_sql(d: Dialect, q: &BatchQuery) -> (String, Vec<Arg>) {
         f.clauses.push(IN_STATE_INDEX.to_owned());
     }
     if let Some(v) = q.since {
-        f.push("started_at >= $?", v);
+        f.push(&format!("{} >= $?", d.split_instant("started_at")), v);
     }
     if let Some(v) = q.until {
-        f.push("started_at < $?", v);
+        f.push(&format!("{} < $?", d.split_instant("started_at")), v);
     }
     if let Some(v) = q.after_id {
         f.push("id < $?", v);
@@ -144,7 +144,8 @@ impl SqlStore {
             f.clauses.push(format!("(dt < ${a} OR (dt = ${a} AND partition_spec > ${b}))"));
         }
         let sql = format!(
-            "SELECT {PARTITION_COLUMNS} FROM partitions {} ORDER BY dt DESC, partition_spec ASC LIMIT {}",
+            "SELECT {} FROM partitions {} ORDER BY dt DESC, partition_spec ASC LIMIT {}",
+            partition_columns(self.dialect(), None),
             f.sql(),
             q.limit + 1
         );
@@ -164,7 +165,8 @@ impl SqlStore {
             return Ok(Vec::new());
         }
         let sql = format!(
-            "SELECT {PARTITION_COLUMNS} FROM partitions WHERE dataset = $1 AND partition_spec IN ({})",
+            "SELECT {} FROM partitions WHERE dataset = $1 AND partition_spec IN ({})",
+            partition_columns(self.dialect(), None),
             placeholders(2, partitions.len())
         );
         let mut a = args![dataset];

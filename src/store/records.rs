@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use sqlx::types::Json;
 
-use super::batches::BATCH_COLUMNS;
-use super::db::{args, Conn, Dialect, Packed};
+use super::batches::{batch_columns, BATCH_COLUMNS};
+use super::db::{args, select_columns, Conn, Dialect, Packed};
 use super::events;
 use super::lineage::InputRecord;
 use crate::domain::batch::{BatchState, EventKind, FailCategory, FailStage, Trigger};
@@ -143,7 +143,8 @@ fn records_sql(d: Dialect, pick: &str, order: &str, more: &str) -> String {
     );
     format!(
         "SELECT {BATCH_COLUMNS}, {partitions} AS partitions, {inputs} AS inputs{more} \
-         FROM (SELECT {BATCH_COLUMNS} FROM batches {pick}) AS b {order}"
+         FROM (SELECT {} FROM batches {pick}) AS b {order}",
+        batch_columns(d, None)
     )
 }
 
@@ -607,13 +608,26 @@ pub(super) const PARTITION_COLUMNS: &str =
      published_at, updated_at, stale_upstream, invalidated_reason, prev_published_batch_id, prev_published_row_count, \
      baseline_key";
 
+/// The instants of a partition's row, kept as numbers on SQLite (migration
+/// 0022, [`Dialect::split_instant`]). `invalidated_at` stays text: few
+/// partitions are ever invalidated.
+pub(super) const PARTITION_INSTANTS: &[&str] = &["published_at", "updated_at"];
+
+/// [`PARTITION_COLUMNS`] as a `SELECT` of `partitions` (aliased `alias`) lists them.
+pub(super) fn partition_columns(d: Dialect, alias: Option<&str>) -> String {
+    select_columns(d, alias, PARTITION_COLUMNS, PARTITION_INSTANTS)
+}
+
 /// A partition's row, `None` when no batch ever named it.
 pub(super) async fn load_partition(
     c: &mut Conn<'_>,
     dataset: &str,
     partition: &str,
 ) -> Result<Option<PartitionRecord>> {
-    let sql = format!("SELECT {PARTITION_COLUMNS} FROM partitions WHERE dataset = $1 AND partition_spec = $2");
+    let sql = format!(
+        "SELECT {} FROM partitions WHERE dataset = $1 AND partition_spec = $2",
+        partition_columns(c.dialect(), None)
+    );
     Ok(c.opt(&sql, args![dataset, partition]).await?)
 }
 

@@ -9,10 +9,10 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use super::alerts::{self, AlertRecord, NewAlert, ALERT_COLUMNS};
 use super::batches::{event, load_batch, load_policy, load_record, not_found, to_details, BatchAndState};
-use super::db::{args, Arg};
+use super::db::{args, Arg, Dialect};
 use super::events;
 use super::reads::IN_STATE_INDEX;
-use super::records::{BatchRecord, DatasetRow, PartitionRecord, DATASET_COLUMNS, PARTITION_COLUMNS};
+use super::records::{partition_columns, BatchRecord, DatasetRow, PartitionRecord, DATASET_COLUMNS};
 use super::{AlertQuery, Backend, Page, Position, SqlStore};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, AlertKind};
@@ -36,11 +36,13 @@ pub(super) struct Overdue {
 
 /// The running batches whose lease expired before `$1`, oldest first: a
 /// seek of `batches_state`, whose condition it repeats
-/// ([`IN_STATE_INDEX`]), to the running ones.
-pub fn expiry_sql() -> String {
+/// ([`IN_STATE_INDEX`]), to the running ones. `$1` is an instant bound as
+/// [`Arg::Time`](super::db::Arg::Time).
+pub fn expiry_sql(d: Dialect) -> String {
     format!(
-        "SELECT batch_id, dataset FROM batches WHERE state = 'running' AND {IN_STATE_INDEX} AND lease_expires_at < $1 \
-         ORDER BY id"
+        "SELECT batch_id, dataset FROM batches WHERE state = 'running' AND {IN_STATE_INDEX} AND {} < $1 \
+         ORDER BY id",
+        d.split_instant("lease_expires_at")
     )
 }
 
@@ -92,7 +94,7 @@ impl SqlStore {
         let now = self.now();
         let candidates: Vec<(String, String)> = {
             let mut r = self.read().await?;
-            r.conn().all(&expiry_sql(), args![now]).await?
+            r.conn().all(&expiry_sql(self.dialect()), args![now]).await?
         };
         let mut abandoned = Vec::new();
         for (batch_id, dataset) in candidates {
@@ -143,9 +145,10 @@ impl SqlStore {
             let rows: Vec<PartitionRecord> = {
                 let mut r = self.read().await?;
                 let sql = format!(
-                    "SELECT {PARTITION_COLUMNS} FROM partitions WHERE dataset = $1 \
+                    "SELECT {} FROM partitions WHERE dataset = $1 \
                      AND (state <> 'ready' OR invalidated_reason IS NOT NULL OR stale_upstream IS NOT NULL) \
-                     ORDER BY dt, partition_spec"
+                     ORDER BY dt, partition_spec",
+                    partition_columns(self.dialect(), None)
                 );
                 r.conn().all(&sql, args![&ds.name]).await?
             };

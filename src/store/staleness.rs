@@ -10,11 +10,11 @@ use sqlx::types::Json;
 
 use super::alerts::{self, NewAlert};
 use super::batches::load_policy;
-use super::db::{args, qualified, Conn};
+use super::db::{args, Conn};
 use super::events::ChangeDetail;
 use super::feed::emit;
 use super::outbox::Receivers;
-use super::records::{load_partition, PartitionRecord, PARTITION_COLUMNS};
+use super::records::{load_partition, partition_columns, PartitionRecord};
 use crate::changes::Change;
 use crate::domain::alerts::{self as alert_rules, Action, AlertKind};
 use crate::domain::policy::DatasetPolicy;
@@ -70,7 +70,7 @@ struct InputNow {
 /// inputs it read (by dataset and partition) that has moved on since. One
 /// statement for the inputs and their partitions.
 async fn stale_at_birth(c: &mut Conn<'_>, batch_id: &str) -> Result<Option<Staleness>> {
-    let columns = qualified("p", PARTITION_COLUMNS);
+    let columns = partition_columns(c.dialect(), Some("p"));
     let sql = format!(
         "SELECT i.input_dataset, i.input_partition, i.input_version, {columns} FROM batch_inputs i \
          JOIN partitions p ON p.dataset = i.input_dataset AND p.partition_spec = i.input_partition \
@@ -156,9 +156,13 @@ pub(super) async fn invalidate(
     let Some(s) = load_partition(c, dataset, partition).await? else {
         return Ok(false);
     };
+    let d = c.dialect();
     c.exec(
-        "UPDATE partitions SET invalidated_reason = $3, invalidated_at = $4, updated_at = $4 WHERE dataset = $1 AND partition_spec = $2",
-        args![dataset, partition, reason, now],
+        &format!(
+            "UPDATE partitions SET invalidated_reason = $3, invalidated_at = $4, {} WHERE dataset = $1 AND partition_spec = $2",
+            d.set_instant("updated_at", "$5")
+        ),
+        args![dataset, partition, reason, now, d.instant(now)],
     )
     .await?;
     let policy = load_policy(c, dataset).await?.policy();
@@ -250,9 +254,13 @@ async fn propagate(
                 continue;
             };
             if cstale.is_none() {
+                let d = c.dialect();
                 c.exec(
-                    "UPDATE partitions SET stale_upstream = $3, updated_at = $4 WHERE dataset = $1 AND partition_spec = $2",
-                    args![&cds, &cp, Json(&why), now],
+                    &format!(
+                        "UPDATE partitions SET stale_upstream = $3, {} WHERE dataset = $1 AND partition_spec = $2",
+                        d.set_instant("updated_at", "$4")
+                    ),
+                    args![&cds, &cp, Json(&why), d.instant(now)],
                 )
                 .await?;
                 let policy = load_policy(c, &cds).await?.policy();

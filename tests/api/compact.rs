@@ -7,6 +7,7 @@
 use std::str::FromStr;
 
 use batchgate::clock::Clock;
+use batchgate::store::db::Dialect;
 use chrono::{DateTime, SubsecRound, Utc};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -548,4 +549,131 @@ async fn postgres_a_feed_name_stored_by_a_rolled_back_publish_is_stored_again() 
     let feed = store.list_changes(0, Some(ds), 10).await.expect("feed");
     let listed: Vec<(&str, &str)> = feed.iter().map(|c| (c.kind.as_str(), c.dataset.as_str())).collect();
     assert_eq!(listed, [("published", ds)]);
+}
+
+/// On SQLite a batch's and a partition's instants are stored as integers
+/// beside their text column, which holds '' (migration 0022); rows written
+/// before hold the text alone. Either form reads the same: the batch's
+/// record and its listing filtered by start time, the partitions' listing,
+/// and a lease expired in either form is found and abandoned by the scan.
+async fn instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else { return };
+    let ds = "d.instants";
+    let published = app.publish("t", ds, "2026-08-24", "dt=2026-08-24", 1000).await;
+    let published = published["batch_id"].as_str().expect("batch_id").to_owned();
+    app.clock.advance(chrono::Duration::milliseconds(1500));
+    let failed = app.start_ok("t", ds, "2026-08-25", &["dt=2026-08-25"]).await;
+    let (status, body) = app
+        .post(
+            &format!("/v1/batches/{failed}/fail"),
+            &serde_json::json!({"stage": "write", "category": "partial_write"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    app.clock.advance(chrono::Duration::microseconds(1_000_001));
+    let (status, body) = app
+        .post(
+            &format!("/v1/partitions/{ds}/{}/invalidate", enc("dt=2026-08-24")),
+            &serde_json::json!({"reason": "dupes"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let running = [
+        app.start_ok("t", ds, "2026-08-26", &["dt=2026-08-26"]).await,
+        app.start_ok("t", ds, "2026-08-27", &["dt=2026-08-27"]).await,
+    ];
+    let (status, body) = app.post(&format!("/v1/batches/{}/heartbeat", running[0]), &serde_json::json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let since = enc(&app.clock_now());
+    let read = || async {
+        let mut seen = Vec::new();
+        for id in [&published, &failed, &running[0], &running[1]] {
+            let (status, record) = app.get(&format!("/v1/batches/{id}")).await;
+            assert_eq!(status, StatusCode::OK, "{record}");
+            seen.push(record);
+        }
+        let (status, partitions) = app.get(&format!("/v1/partitions?dataset={ds}")).await;
+        assert_eq!(status, StatusCode::OK, "{partitions}");
+        seen.push(partitions);
+        let (status, recent) = app.get(&format!("/v1/batches?dataset={ds}&since={since}")).await;
+        assert_eq!(status, StatusCode::OK, "{recent}");
+        seen.push(recent);
+        seen
+    };
+    let written = read().await;
+    for record in &written[..4] {
+        for field in ["started_at", "lease_expires_at"] {
+            assert!(record[field].is_string(), "{field}: {record}");
+        }
+    }
+    assert!(written[0]["decided_at"].is_string() && written[1]["decided_at"].is_string(), "{written:?}");
+    assert!(written[2]["decided_at"].is_null(), "{}", written[2]);
+    let recent: Vec<&str> =
+        written[5]["items"].as_array().expect("items").iter().filter_map(|b| b["batch_id"].as_str()).collect();
+    assert_eq!(recent, [running[1].as_str(), running[0].as_str()], "started since {since}");
+
+    if backend == Backend::Sqlite {
+        let forms = "SELECT typeof(lease_expires_at_us) || typeof(started_at_us) || typeof(decided_at_us) \
+                     || '/' || lease_expires_at || started_at || COALESCE(decided_at, 'null') FROM batches ORDER BY id";
+        let forms: Vec<String> = app.sql_rows(forms).await.into_iter().filter_map(|r| r[0].clone()).collect();
+        let decided = "integerintegerinteger/".to_owned();
+        let undecided = "integerintegernull/null".to_owned();
+        assert_eq!(forms, [decided.clone(), decided, undecided.clone(), undecided], "numbers, the text columns ''");
+        let forms = "SELECT typeof(published_at_us) || typeof(updated_at_us) || '/' || updated_at || COALESCE(published_at, 'null') \
+                     FROM partitions ORDER BY partition_spec";
+        let forms: Vec<String> = app.sql_rows(forms).await.into_iter().filter_map(|r| r[0].clone()).collect();
+        let unpublished = "nullinteger/null".to_owned();
+        assert_eq!(forms, ["integerinteger/".to_owned(), unpublished.clone(), unpublished.clone(), unpublished]);
+
+        // The form every row written before migration 0022 has.
+        let text =
+            |col: &str| format!("{col} = {}, {col}_us = NULL", Dialect::Sqlite.instant_value(&format!("{col}_us")));
+        app.sql(&format!(
+            "UPDATE batches SET {}, {}, {}",
+            text("lease_expires_at"),
+            text("started_at"),
+            text("decided_at")
+        ))
+        .await;
+        app.sql(&format!("UPDATE partitions SET {}, {}", text("published_at"), text("updated_at"))).await;
+        let left = "SELECT COUNT(*) FROM batches WHERE started_at = '' OR started_at_us IS NOT NULL \
+                    OR lease_expires_at = '' OR decided_at = '' OR decided_at_us IS NOT NULL";
+        assert_eq!(app.sql_count(left).await, 0, "every batch in the form before");
+        // One running batch back in the form written since.
+        let number = |col: &str| format!("{col}_us = {}, {col} = ''", micros(col));
+        app.sql(&format!(
+            "UPDATE batches SET {}, {} WHERE batch_id = '{}'",
+            number("lease_expires_at"),
+            number("started_at"),
+            running[1]
+        ))
+        .await;
+    }
+    assert_eq!(read().await, written, "the same from either form");
+
+    // A scan before their leases expire leaves both running; once they
+    // expired, it finds each, whatever its form.
+    app.scan().await;
+    for id in &running {
+        let (_, record) = app.get(&format!("/v1/batches/{id}")).await;
+        assert_eq!(record["state"], "running", "{record}");
+    }
+    app.clock.advance(chrono::Duration::hours(3));
+    app.scan().await;
+    for id in &running {
+        let (_, record) = app.get(&format!("/v1/batches/{id}")).await;
+        assert_eq!(record["state"], "abandoned", "{record}");
+    }
+}
+
+/// SQLite: the microseconds since 1970 of the text instant column `col`.
+fn micros(col: &str) -> String {
+    format!("(CAST(strftime('%s', substr({col}, 1, 19)) AS INTEGER) * 1000000 + CAST(substr({col}, 21, 6) AS INTEGER))")
+}
+
+per_backend! {
+    instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same
+        => sqlite_instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same,
+           postgres_instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same;
 }

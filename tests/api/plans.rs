@@ -450,7 +450,7 @@ async fn a_page_of_a_large_dataset_seeks_its_index(app: TestApp) {
             .filter(|l| scans_a_table(app.backend, l) || l.contains("Filter: (dataset") || l.contains("batches_pkey"));
         assert_eq!(walks.count(), 0, "the page by {name} reads other batches' rows:\n{text}");
     }
-    let lines = plan(&app, &expiry_sql().replace("$1", "'2026-01-01T00:00:00+00:00'")).await;
+    let lines = plan(&app, &expiry_sql(dialect).replace("$1", "'2026-01-01T00:00:00+00:00'")).await;
     let text = lines.join("\n");
     assert!(text.contains("batches_state"), "the lease scan does not seek batches_state:\n{text}");
     assert!(!lines.iter().any(|l| full_scan(app.backend, l)), "the lease scan scans a table:\n{text}");
