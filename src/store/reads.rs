@@ -18,9 +18,22 @@ struct Filter {
 }
 
 impl Filter {
+    /// A clause whose every `$?` is `value`.
     fn push(&mut self, clause: &str, value: impl Into<Arg>) {
         self.args.push(value.into());
         self.clauses.push(clause.replace("$?", &format!("${}", self.args.len())));
+    }
+
+    /// A clause with a `$?` for each of its arguments, in order.
+    fn push_all(&mut self, (clause, args): (String, Vec<Arg>)) {
+        debug_assert_eq!(clause.matches("$?").count(), args.len(), "{clause}");
+        let mut parts = clause.split("$?");
+        let mut numbered = parts.next().unwrap_or_default().to_owned();
+        for (part, arg) in parts.zip(args) {
+            self.args.push(arg);
+            numbered.push_str(&format!("${}{part}", self.args.len()));
+        }
+        self.clauses.push(numbered);
     }
 
     fn sql(&self) -> String {
@@ -95,10 +108,10 @@ pub fn batch_page_sql(d: Dialect, q: &BatchQuery) -> (String, Vec<Arg>) {
         f.clauses.push(IN_STATE_INDEX.to_owned());
     }
     if let Some(v) = q.since {
-        f.push(&format!("{} >= $?", d.split_instant("started_at")), v);
+        f.push_all(d.compare_instant("started_at", ">=", v));
     }
     if let Some(v) = q.until {
-        f.push(&format!("{} < $?", d.split_instant("started_at")), v);
+        f.push_all(d.compare_instant("started_at", "<", v));
     }
     if let Some(v) = q.after_id {
         f.push("id < $?", v);

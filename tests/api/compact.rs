@@ -599,6 +599,9 @@ async fn instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same(ba
         let (status, recent) = app.get(&format!("/v1/batches?dataset={ds}&since={since}")).await;
         assert_eq!(status, StatusCode::OK, "{recent}");
         seen.push(recent);
+        let (status, earlier) = app.get(&format!("/v1/batches?dataset={ds}&until={since}")).await;
+        assert_eq!(status, StatusCode::OK, "{earlier}");
+        seen.push(earlier);
         seen
     };
     let written = read().await;
@@ -612,6 +615,9 @@ async fn instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same(ba
     let recent: Vec<&str> =
         written[5]["items"].as_array().expect("items").iter().filter_map(|b| b["batch_id"].as_str()).collect();
     assert_eq!(recent, [running[1].as_str(), running[0].as_str()], "started since {since}");
+    let earlier: Vec<&str> =
+        written[6]["items"].as_array().expect("items").iter().filter_map(|b| b["batch_id"].as_str()).collect();
+    assert_eq!(earlier, [failed.as_str(), published.as_str()], "started before {since}");
 
     if backend == Backend::Sqlite {
         let forms = "SELECT typeof(lease_expires_at_us) || typeof(started_at_us) || typeof(decided_at_us) \
