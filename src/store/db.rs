@@ -226,15 +226,9 @@ pub enum Conn<'c> {
     Postgres(&'c mut PgConnection),
 }
 
-/// A list of columns (`"a, b"`) each prefixed with a table's `alias`
-/// (`"d.a, d.b"`), for a query that joins the table.
-pub(super) fn qualified(alias: &str, columns: &str) -> String {
-    columns.split(',').map(|col| format!("{alias}.{}", col.trim())).collect::<Vec<_>>().join(", ")
-}
-
 /// `columns` (`"a, b"`) as a `SELECT` lists them, qualified by `alias`
-/// when given, with each of `instants` read by [`Dialect::split_instant`]
-/// under its own name.
+/// when given (`"d.a, d.b"`, for a query that joins the table), with each
+/// of `instants` read by [`Dialect::split_instant`] under its own name.
 pub(super) fn select_columns(d: Dialect, alias: Option<&str>, columns: &str, instants: &[&str]) -> String {
     columns
         .split(',')

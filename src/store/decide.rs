@@ -13,7 +13,7 @@ use super::batches::{
     batch_columns, event, load_batch, load_policy, load_record, not_found, refresh_partition, refresh_partitions,
     settle_logs,
 };
-use super::db::{args, placeholders, qualified, Arg, Conn, Writes};
+use super::db::{args, placeholders, select_columns, Arg, Conn, Writes};
 use super::events;
 use super::records::{self, BatchRow, DatasetRow, DATASET_COLUMNS};
 use super::staleness;
@@ -244,7 +244,7 @@ impl SqlStore {
              FROM task_produce_log l JOIN batches b ON b.batch_id = l.batch_id JOIN datasets d ON d.name = b.dataset \
              LEFT JOIN partitions p ON p.dataset = b.dataset AND p.partition_spec = l.target_partition \
              WHERE l.batch_id = $1 ORDER BY l.target_partition",
-            qualified("d", DATASET_COLUMNS),
+            select_columns(c.dialect(), Some("d"), DATASET_COLUMNS, &[]),
             batch_columns(c.dialect(), Some("b"))
         );
         let standing: Vec<Declared> = c.all(&sql, args![batch_id]).await?;
