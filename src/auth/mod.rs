@@ -262,9 +262,9 @@ pub async fn issue_token(
         }
     }
     let expires_at = lifetime
-        .map(|d| Duration::from_std(d).map(|d| now + d))
-        .transpose()
-        .map_err(|_| Error::invalid("expires_in", "too long"))?;
+        .map(|d| Duration::from_std(d).ok().and_then(|d| now.checked_add_signed(d)))
+        .map(|at| at.ok_or_else(|| Error::invalid("expires_in", "too long")))
+        .transpose()?;
     let secret = tokens::generate();
     let record = store
         .create_token(&crate::store::NewToken {

@@ -44,15 +44,21 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// `90d`, `12h`, `30m`, `1w` (humantime's syntax); at least one minute.
+/// `90d`, `12h`, `30m`, `1w` (humantime's syntax); see [`check_lifetime`].
 pub fn parse_lifetime(text: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(text.trim())
         .map_err(|e| format!("{text:?} is not a duration such as 90d or 12h: {e}"))?;
+    check_lifetime(d, &format!("{text:?}"))
+}
+
+/// A token lives at least a minute and at most a hundred years; `shown` is
+/// how the caller wrote it, for the message.
+pub fn check_lifetime(d: Duration, shown: &str) -> Result<Duration, String> {
     if d < Duration::from_secs(60) {
-        return Err(format!("{text:?} is shorter than a minute"));
+        return Err(format!("{shown} is shorter than a minute"));
     }
     if d > Duration::from_secs(100 * 365 * 86_400) {
-        return Err(format!("{text:?} is longer than a hundred years"));
+        return Err(format!("{shown} is longer than a hundred years"));
     }
     Ok(d)
 }
@@ -77,6 +83,9 @@ mod tests {
         assert_eq!(parse_lifetime("90d"), Ok(Duration::from_secs(90 * 86_400)));
         assert!(parse_lifetime("5s").is_err());
         assert!(parse_lifetime("soon").is_err());
+        assert!(parse_lifetime("101y").unwrap_err().contains("hundred years"));
+        assert!(check_lifetime(Duration::from_secs(8_833_947_922_962), "8833947922962 s").is_err());
+        assert!(check_lifetime(Duration::from_secs(59), "59 s").unwrap_err().contains("minute"));
         assert!(check_name("team-sales.etl_1").is_ok());
         assert!(check_name("a b").is_err());
         assert!(check_name("").is_err());

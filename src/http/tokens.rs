@@ -41,10 +41,10 @@ async fn create(State(app): State<AppState>, body: AppJson<TokenCreateRequest>) 
     let b = body.value;
     let lifetime = match b.expires_in {
         None => None,
-        Some(Lifetime::Seconds(s)) if s >= 60 => Some(std::time::Duration::from_secs(s)),
-        Some(Lifetime::Seconds(s)) => {
-            return Err(Error::invalid("expires_in", format!("{s} s is shorter than a minute")))
-        }
+        Some(Lifetime::Seconds(s)) => Some(
+            tokens::check_lifetime(std::time::Duration::from_secs(s), &format!("{s} s"))
+                .map_err(|m| Error::invalid("expires_in", m))?,
+        ),
         Some(Lifetime::Text(t)) => Some(tokens::parse_lifetime(&t).map_err(|m| Error::invalid("expires_in", m))?),
     };
     let now = app.auth.authenticator.now();

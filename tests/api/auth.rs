@@ -326,6 +326,11 @@ async fn tokens_are_checked_when_made(app: TestApp) {
         (json!({"name": "x", "scopes": []}), "scopes"),
         (json!({"name": "x", "scopes": ["read", "write"]}), "scopes[1]"),
         (json!({"name": "x", "scopes": ["read"], "expires_in": "soon"}), "expires_in"),
+        (json!({"name": "x", "scopes": ["read"], "expires_in": 59}), "expires_in"),
+        (json!({"name": "x", "scopes": ["read"], "expires_in": "101y"}), "expires_in"),
+        // Found by the fuzzer: far beyond any calendar, once a 500.
+        (json!({"name": "x", "scopes": ["read"], "expires_in": 8_833_947_922_962u64}), "expires_in"),
+        (json!({"name": "x", "scopes": ["read"], "expires_in": u64::MAX}), "expires_in"),
     ] {
         let (status, out) = admin.post("/v1/tokens", &body).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {out}");
