@@ -51,8 +51,16 @@ Authentication: `Authorization: Bearer <token>` with an API token (`bgt_…`, fr
         http::audit::list,
     ),
     components(
-        // Named only by a query parameter, which does not bring its schema along.
-        schemas(crate::domain::checks::CheckName, crate::domain::batch::EventKind, crate::api::schemas::Until),
+        // Named only by a parameter, which does not bring its schema along.
+        schemas(
+            crate::domain::checks::CheckName,
+            crate::domain::batch::EventKind,
+            crate::api::schemas::Until,
+            crate::api::schemas::TaskNameText,
+            crate::api::schemas::DatasetNameText,
+            crate::api::schemas::PartitionNameText,
+            crate::api::schemas::BatchIdText,
+        ),
         responses(
             super::BadRequest,
             super::PayloadTooLarge,

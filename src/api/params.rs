@@ -2,6 +2,8 @@
 
 use utoipa::IntoParams;
 
+use crate::api::schemas::{BatchIdText, DatasetNameText};
+
 /// The batch in the path.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -9,7 +11,7 @@ use utoipa::IntoParams;
 pub struct BatchPath {
     /// `{task}-{YYYYMMDD}-{NNN}`: the task, the data date and the attempt
     /// number (from 001, never reused).
-    #[param(example = "dws_order_detail_daily-20260824-003")]
+    #[param(value_type = BatchIdText)]
     batch_id: String,
 }
 
@@ -19,7 +21,7 @@ pub struct BatchPath {
 #[allow(dead_code)]
 pub struct DatasetPath {
     /// A target table, e.g. `dws.order_detail`.
-    #[param(min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.:-]+$", example = "dws.order_detail")]
+    #[param(value_type = DatasetNameText)]
     dataset: String,
 }
 

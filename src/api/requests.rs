@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::api::schemas::{BatchIdText, DatasetNameText, HumanDuration, PartitionNameText, ScopeText, TaskNameText};
 use crate::domain::batch::{FailCategory, FailStage, Trigger};
 use crate::domain::deadline::Deadline;
 use crate::domain::policy::{self, Tier, WriteMode};
@@ -21,10 +22,10 @@ use crate::domain::policy::{self, Tier, WriteMode};
     "run_ref": "scheduled__2026-08-25T00:00:00", "lease_seconds": 3600}))]
 pub struct StartRequest {
     /// The producing task, e.g. an Airflow `dag_id.task_id`.
-    #[schema(min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.-]+$", example = "dws_order_detail_daily")]
+    #[schema(value_type = TaskNameText)]
     pub task: String,
     /// A target table, e.g. `dws.order_detail`.
-    #[schema(min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.:-]+$", example = "dws.order_detail")]
+    #[schema(value_type = DatasetNameText)]
     pub dataset: String,
     /// A data date, `YYYY-MM-DD`.
     #[schema(format = Date)]
@@ -35,7 +36,7 @@ pub struct StartRequest {
     /// `dt=2026-08-24/region=cn`: keys are `[A-Za-z0-9_]+` and may not repeat;
     /// values are non-empty and hold no `/`, `=`, `*`, white space or control
     /// characters. Kept exactly as written.
-    #[schema(min_items = 1, value_type = Vec<PartitionName>)]
+    #[schema(min_items = 1, value_type = Vec<PartitionNameText>)]
     pub partitions: Vec<String>,
     /// Recorded as given and returned in history. `timezone`, when present,
     /// must be an IANA time zone; `business_start`/`business_end`, when
@@ -59,6 +60,7 @@ pub struct StartRequest {
     /// `append` datasets a start over residue is refused (409
     /// `cleanup_required`) unless this covers every residue batch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<BatchIdText>>)]
     pub cleaned_batch_ids: Option<Vec<String>>,
     /// Partitions the batch reads. Each is resolved to its current published
     /// version and recorded; an input that is not ready refuses the start with
@@ -71,14 +73,9 @@ pub struct StartRequest {
     pub allow_unready_inputs: Option<bool>,
     /// The repair plan this batch carries out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
     pub repair_id: Option<i64>,
 }
-
-/// A Hive-style partition spec `k=v[/k=v…]`.
-#[derive(ToSchema)]
-#[schema(example = "dt=2026-08-24")]
-#[allow(dead_code)]
-pub struct PartitionName(String);
 
 /// `scope` of a start: free-form, with a few keys that are checked.
 #[derive(ToSchema)]
@@ -98,7 +95,9 @@ pub struct Scope {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputRef {
+    #[schema(value_type = DatasetNameText)]
     pub dataset: String,
+    #[schema(value_type = PartitionNameText)]
     pub partition: String,
 }
 
@@ -129,6 +128,7 @@ pub struct WrittenRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WrittenPartition {
+    #[schema(value_type = PartitionNameText)]
     pub partition: String,
     pub rows_written: u64,
 }
@@ -137,7 +137,7 @@ pub struct WrittenPartition {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PartitionStats {
-    #[schema(value_type = PartitionName)]
+    #[schema(value_type = PartitionNameText)]
     pub partition: String,
     /// Rows this batch wrote.
     pub rows_written: u64,
@@ -285,8 +285,9 @@ pub struct InvalidateRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RepairRequest {
+    #[schema(value_type = DatasetNameText)]
     pub dataset: String,
-    #[schema(min_items = 1)]
+    #[schema(min_items = 1, value_type = Vec<PartitionNameText>)]
     pub partitions: Vec<String>,
     /// `rebuild`, `resume` or `compensate`.
     #[schema(value_type = RepairActionName)]
@@ -314,7 +315,7 @@ pub struct TokenCreateRequest {
     pub name: String,
     /// `read`, `produce:<glob>`, `operate:<glob>` or `admin`; `*` in a glob
     /// matches any run of characters.
-    #[schema(min_items = 1, example = json!(["read", "produce:sales.*"]))]
+    #[schema(min_items = 1, value_type = Vec<ScopeText>, example = json!(["read", "produce:sales.*"]))]
     pub scopes: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_in: Option<Lifetime>,
@@ -325,6 +326,7 @@ pub struct TokenCreateRequest {
 #[serde(untagged)]
 pub enum Lifetime {
     Seconds(u64),
+    #[schema(value_type = HumanDuration)]
     Text(String),
 }
 

@@ -6,6 +6,7 @@ use axum::{Json, Router};
 
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
+use crate::api::schemas::DatasetNameText;
 use crate::api::AlertPage;
 use crate::domain::alerts::{AlertKind, Severity};
 use crate::error::{Error, Result};
@@ -23,7 +24,7 @@ pub fn router() -> Router<AppState> {
     summary = "List alerts, newest first",
     params(
         ("state" = Option<crate::domain::alerts::AlertState>, Query, description = "open or resolved"),
-        ("dataset" = Option<String>, Query),
+        ("dataset" = Option<DatasetNameText>, Query),
         ("severity" = Option<crate::domain::alerts::Severity>, Query),
         ("kind" = Option<crate::domain::alerts::AlertKind>, Query),
         crate::api::PageQuery,

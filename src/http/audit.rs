@@ -7,6 +7,7 @@ use axum::{Json, Router};
 
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
+use crate::api::schemas::DatasetNameText;
 use crate::api::AuditPage;
 use crate::error::Result;
 use crate::store::AuditQuery;
@@ -23,7 +24,7 @@ pub fn router() -> Router<AppState> {
     summary = "Every write with its actor, request id and outcome, newest first (admin, or operate:<glob> for a matching dataset=)",
     params(
         ("actor" = Option<String>, Query, description = "a token name, jwt:<sub>, anonymous …"),
-        ("dataset" = Option<String>, Query, description = "required for operate: scopes"),
+        ("dataset" = Option<DatasetNameText>, Query, description = "required for operate: scopes"),
         ("action" = Option<String>, Query, description = "e.g. batch.commit"),
         ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "RFC 3339"),
         crate::api::PageQuery,

@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::error::AppJson;
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
+use crate::api::schemas::{DatasetNameText, TaskNameText};
 use crate::api::{BatchPage, CommitRejected, CommitRequest, FailRequest, InputRef, StartRequest, WrittenRequest};
 use crate::domain::batch::{BatchState, FailCategory, Trigger};
 use crate::domain::checks::{CommitEvidence, PartitionEvidence, SourceEvidence};
@@ -392,8 +393,8 @@ const MAX_PAGE: i64 = 500;
     summary = "List batches",
     description = "Batches matching every given filter, newest first, with keyset pagination. Items leave out `events`. An unknown or repeated query parameter is 422.",
     params(
-        ("task" = Option<String>, Query, description = "Only this task's batches."),
-        ("dataset" = Option<String>, Query, description = "Only batches of this dataset."),
+        ("task" = Option<TaskNameText>, Query, description = "Only this task's batches."),
+        ("dataset" = Option<DatasetNameText>, Query, description = "Only batches of this dataset."),
         ("dt" = Option<chrono::NaiveDate>, Query, description = "Only batches of this data date (`YYYY-MM-DD`)."),
         ("state" = Option<crate::domain::batch::BatchState>, Query, description = "Only batches in this state."),
         ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "Only batches started at or after this RFC 3339 time."),

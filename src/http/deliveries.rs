@@ -7,6 +7,7 @@ use axum::{Json, Router};
 
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
+use crate::api::schemas::DatasetNameText;
 use crate::api::DeliveryPage;
 use crate::domain::push::Target;
 use crate::error::{Error, Result};
@@ -28,7 +29,7 @@ const STATES: &[&str] = &["pending", "delivered", "given_up"];
     params(
         ("target" = Option<crate::domain::push::Target>, Query),
         ("state" = Option<crate::api::schemas::DeliveryState>, Query),
-        ("dataset" = Option<String>, Query),
+        ("dataset" = Option<DatasetNameText>, Query),
         ("limit" = Option<i64>, Query, description = "1 to 500 Default 100.", minimum = 1, maximum = 500),
         ("cursor" = Option<String>, Query, description = "opaque; from next_cursor"),
     ),

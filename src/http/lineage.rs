@@ -7,6 +7,7 @@ use axum::{Json, Router};
 
 use super::query::{decode_cursor, Params};
 use super::AppState;
+use crate::api::schemas::{DatasetNameText, PartitionNameText};
 use crate::api::{Change, ChangePage, LineageView};
 use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::domain::push::feed_cursor;
@@ -26,8 +27,8 @@ const MAX_DEPTH: u32 = 20;
     operation_id = "getLineage",
     summary = "The graph of partitions a partition was built from, or built into",
     params(
-        ("dataset" = String, Query),
-        ("partition" = String, Query),
+        ("dataset" = DatasetNameText, Query),
+        ("partition" = PartitionNameText, Query),
         ("direction" = Option<crate::store::Direction>, Query, description = "Default \"downstream\"."),
         ("depth" = Option<i64>, Query, description = "1 to 20 Default 5.", minimum = 1, maximum = 20),
     ),
@@ -80,7 +81,7 @@ async fn lineage(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result
     description = "Every change of a partition's readiness: `published` (first version), `restated` (a later version), `invalidated`, `stale`, `fresh_again`. A consumer that stores `next_cursor` and passes it as `after` never misses or reads twice a change, across restarts and replicas. Changes older than the retention period (`--retain`, default 400 days) are pruned; a cursor that points into pruned history is `410 cursor_expired`, never a silent gap.",
     params(
         ("after" = Option<String>, Query, description = "A cursor from an earlier page (URL-encoded)."),
-        ("dataset" = Option<String>, Query),
+        ("dataset" = Option<DatasetNameText>, Query),
         ("limit" = Option<i64>, Query, description = "1 to 1000 Default 100.", minimum = 1, maximum = 1000),
     ),
     responses(

@@ -9,6 +9,7 @@ use chrono::NaiveDate;
 
 use super::query::{decode_cursor, encode_cursor, Params};
 use super::AppState;
+use crate::api::schemas::{DatasetNameText, PartitionNameText};
 use crate::api::{InvalidateRequest, Invalidated, PartitionPage};
 use crate::domain::names::{DatasetName, PartitionSpec};
 use crate::error::{Error, Result};
@@ -28,7 +29,7 @@ pub fn router() -> Router<AppState> {
     summary = "List a dataset's partitions",
     description = "One row per partition of the dataset with its standing (state, version, deciding batch, published row count), newest dt first, with keyset pagination. An unknown or repeated query parameter is 422.",
     params(
-        ("dataset" = String, Query, description = "The dataset.", min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.:-]+$", example = "dws.order_detail"),
+        ("dataset" = DatasetNameText, Query, description = "The dataset."),
         ("from" = Option<chrono::NaiveDate>, Query, description = "Only partitions of data dates on or after this (`YYYY-MM-DD`)."),
         ("to" = Option<chrono::NaiveDate>, Query, description = "Only partitions of data dates on or before this (`YYYY-MM-DD`)."),
         crate::api::PageQuery,
@@ -69,8 +70,8 @@ async fn list(State(app): State<AppState>, RawQuery(raw): RawQuery) -> Result<Js
     summary = "Take a partition out of service",
     description = "`/ready` answers 404 `invalidated` until a new batch publishes the partition; every partition built on it goes stale. Recorded with its reason in the change feed.",
     params(
-        ("dataset" = String, Path),
-        ("partition" = String, Path, description = "One URL-encoded path segment, e.g. `dt%3D2026-08-24%2Fhh%3D01`."),
+        ("dataset" = DatasetNameText, Path),
+        ("partition" = PartitionNameText, Path, description = "One URL-encoded path segment, e.g. `dt%3D2026-08-24%2Fhh%3D01`."),
     ),
     request_body = crate::api::InvalidateRequest,
     responses(

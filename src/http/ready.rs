@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::query::Params;
 use super::{AppState, MAX_WAIT_SECONDS};
+use crate::api::schemas::{DatasetNameText, PartitionNameText, TaskNameText};
 use crate::api::{NotReadyReason, NotReadyResponse, PartitionStanding, PublishedPartition};
 use crate::changes::{Interest, TaskLatest};
 use crate::domain::names::{DatasetName, PartitionSpec, TaskName};
@@ -422,9 +423,9 @@ fn interest(target: &Target) -> Interest {
     summary = "Is a partition ready?",
     description = "What scheduler sensors poll. Ask by `dataset` and `partition` (the parameter may repeat: all must be ready), or by `task` and `dt` (ready when every partition of that task's latest batch for that dt is ready). A partition is ready when its latest batch published; while a newer batch is running, or after one was rejected, failed at stage `write`/`verify`, or was abandoned, it is not ready until a later batch publishes.\n\nNot ready is a 404, deliberately never a 200: Airflow's stock `HttpSensor` keeps poking on 404 in poke, reschedule and deferrable modes and treats any 200 as done. An unknown dataset is 404 `no_batch`, and a well-formed query never gets another 4xx or a 5xx (a database fault is 404 `unavailable`), because the deferrable trigger retries those without sleeping. The raw bytes `\"ready\":true` appear only in ready bodies (DolphinScheduler's HTTP task matches on a body substring).\n\n`wait=<seconds>` (at most 300) long-polls: the answer comes as soon as the partitions become ready, else 404 at the deadline. Waiting costs no database polling. When the instance shuts down, a long-poll answers at once: 404 `shutting_down`.\n\nNeeds `read`, unless the service runs with `--public-ready`.",
     params(
-        ("dataset" = Option<String>, Query, description = "Ask by dataset: the dataset (with `partition`).", min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.:-]+$", example = "dws.order_detail"),
-        ("partition" = Option<String>, Query, description = "Ask by dataset: a partition spec; repeat the parameter for several (all must be ready). Required with `dataset`, refused with `task`."),
-        ("task" = Option<String>, Query, description = "Ask by task: the task (with `dt`).", min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9_.-]+$", example = "dws_order_detail_daily"),
+        ("dataset" = Option<DatasetNameText>, Query, description = "Ask by dataset: the dataset (with `partition`)."),
+        ("partition" = Option<PartitionNameText>, Query, description = "Ask by dataset: a partition spec; repeat the parameter for several (all must be ready). Required with `dataset`, refused with `task`."),
+        ("task" = Option<TaskNameText>, Query, description = "Ask by task: the task (with `dt`)."),
         ("dt" = Option<chrono::NaiveDate>, Query, description = "Ask by task: the data date (`YYYY-MM-DD`). Required with `task`."),
         ("wait" = Option<f64>, Query, description = "Long-poll up to this many seconds (0 to 300) for the partitions to become ready.", minimum = 0, maximum = 300),
         ("until" = Option<crate::api::schemas::Until>, Query, description = "With `wait`: `ready` (default) answers before the deadline only when ready; `ready_or_rejected` also answers (404, reason `rejected`) as soon as a blocking partition's latest batch is rejected, so a sensor can fail fast. Default \"ready\"."),

@@ -493,7 +493,7 @@ impl SqlStore {
             );
             let (updated_col, updated_val) = d.insert_instant("updated_at", "$6");
             w.push(
-                &format!(
+                format!(
                     "INSERT INTO partitions (dataset, partition_spec, dt, baseline_key, state, batch_id, {updated_col}) \
                      VALUES ($1, $2, $3, $4, 'running', $5, {updated_val}) \
                      ON CONFLICT (dataset, partition_spec) DO UPDATE SET state = 'running', batch_id = excluded.batch_id, \
