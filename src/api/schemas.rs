@@ -65,10 +65,10 @@ pub struct PartitionNameText(String);
 pub struct BatchIdText(String);
 
 /// What a token may do: `read`, `produce:<glob>`, `operate:<glob>` or
-/// `admin`; a glob is 1 to 200 of letters, digits, `.`, `_`, `-` and `*`
+/// `admin`; a glob is 1 to 200 of letters, digits, `.`, `:`, `_`, `-` and `*`
 /// (any run of characters).
 #[derive(ToSchema)]
-#[schema(as = ScopeName, pattern = "^(read|admin|(produce|operate):[A-Za-z0-9._*-]{1,200})$", example = "produce:sales.*")]
+#[schema(as = ScopeName, pattern = "^(read|admin|(produce|operate):[A-Za-z0-9.:_*-]{1,200})$", example = "produce:sales.*")]
 #[allow(dead_code)]
 pub struct ScopeText(String);
 
@@ -184,7 +184,18 @@ mod tests {
         agree(
             "ScopeName",
             |s| s.parse::<Scope>().is_ok(),
-            &["read", "admin", "produce:sales.*", "operate:*", "produce:", "write", "read:x", "produce:a b", ""],
+            &[
+                "read",
+                "admin",
+                "produce:sales.*",
+                "operate:*",
+                "produce:kafka:orders",
+                "produce:",
+                "write",
+                "read:x",
+                "produce:a b",
+                "",
+            ],
             &[],
         );
     }

@@ -52,7 +52,8 @@ impl FromStr for Scope {
         let glob = |g: &str| {
             let ok = !g.is_empty()
                 && g.len() <= 200
-                && g.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '*'));
+                // A dataset's own characters (`:` included) and `*`.
+                && g.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '_' | '-' | '*'));
             if ok {
                 Ok(g.to_owned())
             } else {
@@ -166,7 +167,7 @@ mod tests {
 
     #[test]
     fn scopes_parse_and_print_back() {
-        for s in ["read", "admin", "produce:sales.*", "operate:*"] {
+        for s in ["read", "admin", "produce:sales.*", "operate:*", "produce:kafka:orders"] {
             assert_eq!(s.parse::<Scope>().unwrap().to_string(), s);
         }
         for bad in ["write", "produce:", "produce", "operate:a b", "admin:x", ""] {
@@ -191,5 +192,16 @@ mod tests {
         assert_eq!(check(&[Scope::Admin], Kind::Operate, &ds("x")), Ok(()));
         assert_eq!(check(&[Scope::Read], Kind::Read, &[]), Ok(()));
         assert_eq!(check(&[Scope::Read], Kind::Produce, &[]), Err("produce:<dataset>".into()));
+    }
+
+    #[test]
+    fn every_scope_a_refusal_names_can_be_granted() {
+        // Dataset names may hold `:`; the scope a refusal asks for must parse
+        // and then be enough.
+        for dataset in ["kafka:orders", "a.b", "x-y_z:1"] {
+            let needed = check(&[Scope::Read], Kind::Produce, &[dataset.to_owned()]).unwrap_err();
+            let scope: Scope = needed.parse().unwrap_or_else(|e| panic!("{needed}: {e}"));
+            assert_eq!(check(&[scope], Kind::Produce, &[dataset.to_owned()]), Ok(()), "{needed}");
+        }
     }
 }
