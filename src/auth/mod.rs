@@ -261,10 +261,15 @@ pub async fn issue_token(
             canonical.push(scope.to_string());
         }
     }
-    let expires_at = lifetime
-        .map(|d| Duration::from_std(d).ok().and_then(|d| now.checked_add_signed(d)))
-        .map(|at| at.ok_or_else(|| Error::invalid("expires_in", "too long")))
-        .transpose()?;
+    let expires_at = match lifetime {
+        None => None,
+        Some(d) => Some(
+            Duration::from_std(d)
+                .ok()
+                .and_then(|d| now.checked_add_signed(d))
+                .ok_or_else(|| Error::invalid("expires_in", "too long"))?,
+        ),
+    };
     let secret = tokens::generate();
     let record = store
         .create_token(&crate::store::NewToken {
