@@ -39,14 +39,14 @@ pub fn router() -> Router<AppState> {
 )]
 async fn create(State(app): State<AppState>, body: AppJson<TokenCreateRequest>) -> Result<Response> {
     let b = body.value;
-    let lifetime = match b.expires_in {
-        None => None,
-        Some(Lifetime::Seconds(s)) => Some(
-            tokens::check_lifetime(std::time::Duration::from_secs(s), &format!("{s} s"))
-                .map_err(|m| Error::invalid("expires_in", m))?,
-        ),
-        Some(Lifetime::Text(t)) => Some(tokens::parse_lifetime(&t).map_err(|m| Error::invalid("expires_in", m))?),
-    };
+    let lifetime = b
+        .expires_in
+        .map(|l| match l {
+            Lifetime::Seconds(s) => tokens::check_lifetime(std::time::Duration::from_secs(s), &format!("{s} s")),
+            Lifetime::Text(t) => tokens::parse_lifetime(&t),
+        })
+        .transpose()
+        .map_err(|m| Error::invalid("expires_in", m))?;
     let now = app.auth.authenticator.now();
     let (token, record) = issue_token(app.store.as_ref(), now, &b.name, &b.scopes, lifetime).await?;
     Ok((StatusCode::CREATED, Json(TokenCreated { record, token })).into_response())
