@@ -47,9 +47,9 @@
 //! `BENCH_BACKENDS` (`sqlite,postgres`), `BENCH_WAITERS` (10000),
 //! `BENCH_SECONDS` (each throughput window, 5), `BENCH_SAMPLES` (commit
 //! cycles and list requests per size, 200), `BENCH_IDLE` (seconds of each
-//! idle observation, 10), `BENCH_ONLY` (`waiters`: only the small registry
-//! and only its long-poll waiters, for working on them). Sizes are multiples
-//! of 1,000 days.
+//! idle observation, 10), `BENCH_ONLY` (`waiters` or `writes`: only the small
+//! registry and only its long-poll waiters or its write throughput, for
+//! working on them). Sizes are multiples of 1,000 days.
 //!
 //! Run: `cargo bench --bench registry`; a quick run:
 //! `BENCH_BIG=100000 BENCH_WAITERS=1000 cargo bench --bench registry`; the
@@ -133,8 +133,17 @@ struct Knobs {
     seconds: Duration,
     samples: usize,
     idle: Duration,
-    /// `BENCH_ONLY=waiters`: the small registry's long-poll waiters alone.
-    only_waiters: bool,
+    /// `BENCH_ONLY`: one part of the small registry's figures alone.
+    only: Option<Part>,
+}
+
+/// The parts of the small registry's figures `BENCH_ONLY` runs alone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The long-poll waiters.
+    Waiters,
+    /// Write throughput, with pgbench beside it on PostgreSQL.
+    Writes,
 }
 
 fn env_u64(name: &str, default: u64) -> Result<u64> {
@@ -164,10 +173,11 @@ impl Knobs {
             seconds: Duration::from_secs(env_u64("BENCH_SECONDS", 5)?),
             samples: usize::try_from(env_u64("BENCH_SAMPLES", 200)?)?,
             idle: Duration::from_secs(env_u64("BENCH_IDLE", 10)?),
-            only_waiters: match std::env::var("BENCH_ONLY").as_deref() {
-                Err(_) | Ok("") => false,
-                Ok("waiters") => true,
-                Ok(other) => bail!("BENCH_ONLY: {other:?} is not a part this bench runs alone (waiters)"),
+            only: match std::env::var("BENCH_ONLY").as_deref() {
+                Err(_) | Ok("") => None,
+                Ok("waiters") => Some(Part::Waiters),
+                Ok("writes") => Some(Part::Writes),
+                Ok(other) => bail!("BENCH_ONLY: {other:?} is not a part this bench runs alone (waiters, writes)"),
             },
         };
         for size in [knobs.small, knobs.big, knobs.big_pg] {
@@ -234,12 +244,20 @@ async fn run() -> Result<()> {
     let bare_pid = bare.id().unwrap_or(0);
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
     for &backend in &knobs.backends {
-        if knobs.only_waiters {
+        if let Some(part) = knobs.only {
             let small = measure_small_alone(backend, &knobs, bare_addr, bare_pid, &tmp).await?;
             println!();
-            println!("== {} ==  (BENCH_ONLY=waiters)", backend.name());
-            if let Some(w) = &small.waiters {
-                report_waiters(w);
+            match part {
+                Part::Waiters => {
+                    println!("== {} ==  (BENCH_ONLY=waiters)", backend.name());
+                    if let Some(w) = &small.waiters {
+                        report_waiters(w);
+                    }
+                }
+                Part::Writes => {
+                    println!("== {} ==  (BENCH_ONLY=writes)", backend.name());
+                    report_writes(backend, &small.writes);
+                }
             }
             continue;
         }
@@ -602,7 +620,7 @@ async fn measure_backend(
     outcome
 }
 
-/// `BENCH_ONLY=waiters`: the small registry, seeded, and its waiters.
+/// `BENCH_ONLY`: the small registry, seeded, and the one part asked for.
 async fn measure_small_alone(
     backend: Backend,
     knobs: &Knobs,
@@ -725,9 +743,16 @@ async fn measure_db(
     let pids: Vec<u32> = services.iter().map(|s| s.pid).chain([bare_pid]).collect();
     let http = reqwest::Client::new();
     let outcome = async {
-        if knobs.only_waiters {
-            f.waiters = Some(waiters(&http, &services, datasets - 2, knobs).await?);
-            return anyhow::Ok(());
+        match knobs.only {
+            Some(Part::Waiters) => {
+                f.waiters = Some(waiters(&http, &services, datasets - 2, knobs).await?);
+                return anyhow::Ok(());
+            }
+            Some(Part::Writes) => {
+                f.writes = writes(&http, &bases, db, knobs).await?;
+                return anyhow::Ok(());
+            }
+            None => {}
         }
         f.list_batches = list(&http, &bases[0], "/v1/batches", datasets, knobs.samples).await?;
         f.list_partitions = list(&http, &bases[0], "/v1/partitions", datasets, knobs.samples).await?;
@@ -1489,13 +1514,21 @@ fn report(backend: Backend, s: &Figures, b: &Figures) {
             verdict(steady <= BYTES_GOAL)
         );
     }
+    report_writes(backend, &s.writes);
+    if let Some(w) = &s.waiters {
+        report_waiters(w);
+    }
+}
+
+/// Write throughput at each concurrency against the goal.
+fn report_writes(backend: Backend, writes: &[Writes]) {
     println!();
     let goal = if backend == Backend::Postgres { PG_WRITES_GOAL } else { SQLITE_WRITES_GOAL };
     println!(
         "write throughput, start+commit cycles on distinct datasets{}:",
         if backend == Backend::Postgres { ", two replicas" } else { "" }
     );
-    for w in &s.writes {
+    for w in writes {
         let pgb = w.pgbench.as_ref().map_or(String::new(), |p| {
             format!(
                 "   pgbench 1 INSERT + 1 UPDATE: {:.0} tx/s, + NOTIFY: {:.0}, + one lock held through COMMIT: {:.0}",
@@ -1517,9 +1550,6 @@ fn report(backend: Backend, s: &Figures, b: &Figures) {
         if let Some(e) = &w.first_failure {
             println!("      first failure: {e}");
         }
-    }
-    if let Some(w) = &s.waiters {
-        report_waiters(w);
     }
 }
 
