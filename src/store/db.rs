@@ -158,9 +158,30 @@ pub(crate) use args;
 /// of one form sorts in time order. Rows written before in the other form
 /// compare with these in time order too, ties aside: up to the fraction
 /// both agree, and where one ends, its `+` or `Z` sorts below the other's
-/// next digit.
+/// next digit. A filter compares each with text of its own form
+/// ([`Dialect::compare_text_instant`]).
 fn sqlite_time(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// A clause with a `$?` for each of its arguments, in order (as
+/// [`Dialect::compare_instant`] gives it), numbered after the arguments
+/// already in `args`, to which its own are added.
+pub fn numbered((clause, own): (String, Vec<Arg>), args: &mut Vec<Arg>) -> String {
+    debug_assert_eq!(clause.matches("$?").count(), own.len(), "{clause}");
+    let mut parts = clause.split("$?");
+    let mut out = parts.next().unwrap_or_default().to_owned();
+    for (part, arg) in parts.zip(own) {
+        args.push(arg);
+        out.push_str(&format!("${}{part}", args.len()));
+    }
+    out
+}
+
+/// A timestamp as sqlx encodes it for SQLite, the form the first versions
+/// stored (see [`Dialect::compare_text_instant`]).
+fn sqlx_time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false)
 }
 
 fn sqlite_args(args: Vec<Arg>) -> SqliteArguments<'static> {
@@ -319,12 +340,38 @@ impl Dialect {
     /// instant column read by [`Dialect::split_instant`], with `$?` where
     /// each of its arguments goes, and those arguments in order. On SQLite
     /// it compares the number in `{col}_us` with `t`'s, and the text of a
-    /// row written before migration 0022 with `t`'s text form, so that a
-    /// scan does not convert every row it passes to text (about six times
-    /// the cost of either comparison). On PostgreSQL it compares the column.
+    /// row written before migration 0022 with `t` as text of the row's form
+    /// ([`Dialect::compare_text_instant`]), so that a scan does not convert
+    /// every row it passes to text (about six times the cost of either
+    /// comparison). On PostgreSQL it compares the column.
     pub fn compare_instant(self, col: &str, op: &str, t: DateTime<Utc>) -> (String, Vec<Arg>) {
         match self {
-            Dialect::Sqlite => (format!("COALESCE({col}_us {op} $?, {col} {op} $?)"), vec![self.instant(t), t.into()]),
+            Dialect::Sqlite => {
+                let (text, mut args) = self.compare_text_instant(col, op, t);
+                args.insert(0, self.instant(t));
+                (format!("COALESCE({col}_us {op} $?, {text})"), args)
+            }
+            Dialect::Postgres => (format!("{col} {op} $?"), vec![t.into()]),
+        }
+    }
+
+    /// A condition `{col} {op} t` on an instant column of text, with `$?`
+    /// where each of its arguments goes, and those arguments in order. On
+    /// SQLite such a row holds one of two forms: sqlx's encoding, which the
+    /// first versions wrote (`+00:00` and three, six or nine digits, or none,
+    /// as the instant needs), or [`sqlite_time`]'s (six digits and `Z`),
+    /// written since. Either sorts in time order against text of its own
+    /// form, ties included; against the other form a tie does not compare
+    /// equal (`…:00+00:00` sorts below `…:00.000000Z`). So each row is
+    /// compared with `t` written in the row's form, told by its last
+    /// character: a scan still compares text, not converted instants. On
+    /// PostgreSQL the column is a `TIMESTAMPTZ`.
+    pub fn compare_text_instant(self, col: &str, op: &str, t: DateTime<Utc>) -> (String, Vec<Arg>) {
+        match self {
+            Dialect::Sqlite => (
+                format!("CASE WHEN substr({col}, -1) = 'Z' THEN {col} {op} $? ELSE {col} {op} $? END"),
+                vec![Arg::Text(Some(sqlite_time(t))), Arg::Text(Some(sqlx_time(t)))],
+            ),
             Dialect::Postgres => (format!("{col} {op} $?"), vec![t.into()]),
         }
     }

@@ -4,7 +4,7 @@
 use chrono::NaiveDate;
 
 use super::batches::load_record;
-use super::db::{args, placeholders, Arg, Dialect};
+use super::db::{args, numbered, placeholders, Arg, Dialect};
 use super::records::{partition_columns, record_sql, RecordRow};
 use super::*;
 use crate::changes::TaskLatest;
@@ -25,14 +25,8 @@ impl Filter {
     }
 
     /// A clause with a `$?` for each of its arguments, in order.
-    fn push_all(&mut self, (clause, args): (String, Vec<Arg>)) {
-        debug_assert_eq!(clause.matches("$?").count(), args.len(), "{clause}");
-        let mut parts = clause.split("$?");
-        let mut numbered = parts.next().unwrap_or_default().to_owned();
-        for (part, arg) in parts.zip(args) {
-            self.args.push(arg);
-            numbered.push_str(&format!("${}{part}", self.args.len()));
-        }
+    fn push_all(&mut self, clause: (String, Vec<Arg>)) {
+        let numbered = numbered(clause, &mut self.args);
         self.clauses.push(numbered);
     }
 

@@ -9,7 +9,7 @@ use sqlx::types::Json;
 use tokio::sync::oneshot;
 
 use super::audit_form::{batch_parameter, fill_route, request_id_numbers, request_id_text, route_parameters};
-use super::db::{args, placeholders, Arg, Dialect};
+use super::db::{args, numbered, placeholders, Arg, Dialect};
 use super::{Page, Position, SqlStore};
 use crate::changes::Change;
 use crate::error::{Error, Result};
@@ -349,8 +349,7 @@ pub fn audit_page_sql(d: Dialect, q: &AuditQuery, numbers: &HashMap<String, i64>
     if let Some(since) = q.since {
         a.push(d.instant(since));
         compact.push(format!("l.at >= ${}", a.len()));
-        a.push(since.into());
-        old.push(format!("at >= ${}", a.len()));
+        old.push(numbered(d.compare_text_instant("at", ">=", since), &mut a));
     }
     if let Some(id) = q.before_id {
         a.push(id.into());

@@ -673,12 +673,92 @@ async fn instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same(ba
     }
 }
 
+/// A start-time filter finds a batch started at exactly its instant in every
+/// form SQLite has held one in: a number (since migration 0022), the text
+/// written before it (six digits and `Z`), and sqlx's text the first
+/// versions wrote (`+00:00`, and no fraction for a whole second). Text of
+/// the two forms sorts a tie apart (`…:00+00:00` below `…:00.000000Z`),
+/// so a row at the instant was once left out of `since` and kept in
+/// `until`. The old audit table's times are filtered the same way. On
+/// PostgreSQL the same instants, as `timestamptz`.
+async fn a_start_time_filter_keeps_ties_in_every_stored_form(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else { return };
+    let ds = "d.ties";
+    let mut ids = Vec::new();
+    for dt in ["2026-08-24", "2026-08-25", "2026-08-26", "2026-08-27"] {
+        ids.push(app.start_ok("t", ds, dt, &[&format!("dt={dt}")]).await);
+    }
+    let (at, after) = ("2026-08-24T10:00:00Z", "2026-08-24T10:00:00.000001Z");
+    // Each batch's start, as each form stores it: ids[2] a microsecond later.
+    let forms: [(&str, &str); 4] = match backend {
+        Backend::Sqlite => [
+            ("started_at = '2026-08-24T10:00:00+00:00', started_at_us = NULL", "sqlx's text, a whole second"),
+            ("started_at = '2026-08-24T10:00:00.000000Z', started_at_us = NULL", "six digits and Z"),
+            ("started_at = '2026-08-24T10:00:00.000001+00:00', started_at_us = NULL", "sqlx's text, a microsecond on"),
+            ("started_at = '', started_at_us = 1787565600000000", "a number"),
+        ],
+        Backend::Postgres => [
+            ("started_at = '2026-08-24T10:00:00Z'", "timestamptz"),
+            ("started_at = '2026-08-24T10:00:00Z'", "timestamptz"),
+            ("started_at = '2026-08-24T10:00:00.000001Z'", "timestamptz, a microsecond on"),
+            ("started_at = '2026-08-24T10:00:00Z'", "timestamptz"),
+        ],
+    };
+    for (id, (set, _)) in ids.iter().zip(forms) {
+        app.sql(&format!("UPDATE batches SET {set} WHERE batch_id = '{id}'")).await;
+    }
+    let listed = |filter: String| {
+        let app = &app;
+        async move {
+            let (status, page) = app.get(&format!("/v1/batches?dataset={ds}&{filter}")).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            let mut found: Vec<String> = page["items"]
+                .as_array()
+                .expect("items")
+                .iter()
+                .map(|b| b["batch_id"].as_str().expect("batch_id").to_owned())
+                .collect();
+            found.sort();
+            found
+        }
+    };
+    let of = |which: &[usize]| which.iter().map(|&i| ids[i].clone()).collect::<Vec<_>>();
+    let described: Vec<&str> = forms.iter().map(|(_, form)| *form).collect();
+    assert_eq!(listed(format!("since={}", enc(at))).await, of(&[0, 1, 2, 3]), "since is inclusive: {described:?}");
+    assert_eq!(listed(format!("until={}", enc(at))).await, of(&[]), "until is exclusive: {described:?}");
+    assert_eq!(listed(format!("until={}", enc(after))).await, of(&[0, 1, 3]), "{described:?}");
+    assert_eq!(listed(format!("since={}", enc(after))).await, of(&[2]), "{described:?}");
+
+    // The audit rows of the version before migration 0019, in both text forms.
+    app.sql(
+        "INSERT INTO audit (at, actor, request_id, action, method, path, dataset, status) VALUES \
+         ('2026-08-24T10:00:00+00:00', 'old-etl', 'sqlx-form', 'batch.start', 'POST', '/v1/old', NULL, 200), \
+         ('2026-08-24T10:00:00.000000Z', 'old-etl', 'z-form', 'batch.start', 'POST', '/v1/old', NULL, 200)",
+    )
+    .await;
+    let audit = |since: &str| {
+        let app = &app;
+        let query = format!("actor=old-etl&since={}", enc(since));
+        async move {
+            let mut found: Vec<String> =
+                all_pages(app, &query).await.iter().map(|r| field(r, "request_id").to_owned()).collect();
+            found.sort();
+            found
+        }
+    };
+    assert_eq!(audit(at).await, ["sqlx-form", "z-form"], "since is inclusive in the old audit table");
+    assert!(audit(after).await.is_empty(), "nothing after");
+}
+
 /// SQLite: the microseconds since 1970 of the text instant column `col`.
 fn micros(col: &str) -> String {
     format!("(CAST(strftime('%s', substr({col}, 1, 19)) AS INTEGER) * 1000000 + CAST(substr({col}, 21, 6) AS INTEGER))")
 }
 
 per_backend! {
+    a_start_time_filter_keeps_ties_in_every_stored_form
+        => sqlite_a_start_time_filter_keeps_ties_in_every_stored_form,
+           postgres_a_start_time_filter_keeps_ties_in_every_stored_form;
     instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same
         => sqlite_instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same,
            postgres_instants_are_numbers_on_sqlite_and_rows_written_before_read_the_same;
