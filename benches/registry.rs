@@ -146,6 +146,18 @@ enum Part {
     Writes,
 }
 
+impl Part {
+    const ALL: [Part; 2] = [Part::Waiters, Part::Writes];
+
+    /// The part's name in `BENCH_ONLY`.
+    fn name(self) -> &'static str {
+        match self {
+            Part::Waiters => "waiters",
+            Part::Writes => "writes",
+        }
+    }
+}
+
 fn env_u64(name: &str, default: u64) -> Result<u64> {
     match std::env::var(name) {
         Ok(v) => v.replace('_', "").parse().with_context(|| format!("{name}={v:?} is not a number")),
@@ -175,9 +187,10 @@ impl Knobs {
             idle: Duration::from_secs(env_u64("BENCH_IDLE", 10)?),
             only: match std::env::var("BENCH_ONLY").as_deref() {
                 Err(_) | Ok("") => None,
-                Ok("waiters") => Some(Part::Waiters),
-                Ok("writes") => Some(Part::Writes),
-                Ok(other) => bail!("BENCH_ONLY: {other:?} is not a part this bench runs alone (waiters, writes)"),
+                Ok(asked) => match Part::ALL.into_iter().find(|p| p.name() == asked) {
+                    Some(part) => Some(part),
+                    None => bail!("BENCH_ONLY: {asked:?} is not a part this bench runs alone (waiters, writes)"),
+                },
             },
         };
         for size in [knobs.small, knobs.big, knobs.big_pg] {
@@ -247,17 +260,14 @@ async fn run() -> Result<()> {
         if let Some(part) = knobs.only {
             let small = measure_small_alone(backend, &knobs, bare_addr, bare_pid, &tmp).await?;
             println!();
+            println!("== {} ==  (BENCH_ONLY={})", backend.name(), part.name());
             match part {
                 Part::Waiters => {
-                    println!("== {} ==  (BENCH_ONLY=waiters)", backend.name());
                     if let Some(w) = &small.waiters {
                         report_waiters(w);
                     }
                 }
-                Part::Writes => {
-                    println!("== {} ==  (BENCH_ONLY=writes)", backend.name());
-                    report_writes(backend, &small.writes);
-                }
+                Part::Writes => report_writes(backend, &small.writes),
             }
             continue;
         }
