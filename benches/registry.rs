@@ -189,7 +189,10 @@ impl Knobs {
                 Err(_) | Ok("") => None,
                 Ok(asked) => match Part::ALL.into_iter().find(|p| p.name() == asked) {
                     Some(part) => Some(part),
-                    None => bail!("BENCH_ONLY: {asked:?} is not a part this bench runs alone (waiters, writes)"),
+                    None => {
+                        let parts: Vec<&str> = Part::ALL.iter().map(|p| p.name()).collect();
+                        bail!("BENCH_ONLY: {asked:?} is not a part this bench runs alone ({})", parts.join(", "))
+                    }
                 },
             },
         };
