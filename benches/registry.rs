@@ -47,8 +47,9 @@
 //! `BENCH_BACKENDS` (`sqlite,postgres`), `BENCH_WAITERS` (10000),
 //! `BENCH_SECONDS` (each throughput window, 5), `BENCH_SAMPLES` (commit
 //! cycles and list requests per size, 200), `BENCH_IDLE` (seconds of each
-//! idle observation, 10), `BENCH_ONLY` (`waiters` or `writes`: only the small
-//! registry and only its long-poll waiters or its write throughput, for
+//! idle observation, 10), `BENCH_ONLY` (`waiters`, `writes` or `bytes`:
+//! only the small registry and only its long-poll waiters, its write
+//! throughput, or the bytes a batch takes on a database of its own, for
 //! working on them). Sizes are multiples of 1,000 days.
 //!
 //! Run: `cargo bench --bench registry`; a quick run:
@@ -144,16 +145,20 @@ enum Part {
     Waiters,
     /// Write throughput, with pgbench beside it on PostgreSQL.
     Writes,
+    /// The bytes a batch takes on a database of its own, with short and
+    /// long names (and, on PostgreSQL, when vacuum keeps up).
+    Bytes,
 }
 
 impl Part {
-    const ALL: [Part; 2] = [Part::Waiters, Part::Writes];
+    const ALL: [Part; 3] = [Part::Waiters, Part::Writes, Part::Bytes];
 
     /// The part's name in `BENCH_ONLY`.
     fn name(self) -> &'static str {
         match self {
             Part::Waiters => "waiters",
             Part::Writes => "writes",
+            Part::Bytes => "bytes",
         }
     }
 }
@@ -271,6 +276,7 @@ async fn run() -> Result<()> {
                     }
                 }
                 Part::Writes => report_writes(backend, &small.writes),
+                Part::Bytes => report_own_db_bytes(&small),
             }
             continue;
         }
@@ -765,6 +771,10 @@ async fn measure_db(
                 f.writes = writes(&http, &bases, db, knobs).await?;
                 return anyhow::Ok(());
             }
+            Some(Part::Bytes) => {
+                own_db_figures(&http, backend, tmp, f).await?;
+                return anyhow::Ok(());
+            }
             None => {}
         }
         f.list_batches = list(&http, &bases[0], "/v1/batches", datasets, knobs.samples).await?;
@@ -791,13 +801,7 @@ async fn measure_db(
                 .collect();
             grown.sort_by(|a, b| b.1.total_cmp(&a.1));
             f.api_bytes_by_relation = grown;
-            if backend == Backend::Postgres {
-                f.steady_bytes = Some(steady_bytes(&http, tmp).await?);
-            }
-            f.name_bytes = Some((
-                own_db_bytes(&http, backend, tmp, Names::Short).await?,
-                own_db_bytes(&http, backend, tmp, Names::Long).await?,
-            ));
+            own_db_figures(&http, backend, tmp, f).await?;
         }
         anyhow::Ok(())
     }
@@ -940,6 +944,25 @@ async fn ready_miss(addr: SocketAddr, datasets: u64) -> Result<Load> {
 
 /// Start+commit cycles from 1/8/32 clients on distinct datasets, each for
 /// `knobs.seconds`; next to pgbench on PostgreSQL.
+/// The bytes a batch takes on databases of their own: with short names and
+/// with long ones ([`own_db_bytes`]), and on PostgreSQL when vacuum keeps up
+/// ([`steady_bytes`]).
+async fn own_db_figures(
+    http: &reqwest::Client,
+    backend: Backend,
+    tmp: &tempfile::TempDir,
+    f: &mut Figures,
+) -> Result<()> {
+    if backend == Backend::Postgres {
+        f.steady_bytes = Some(steady_bytes(http, tmp).await?);
+    }
+    f.name_bytes = Some((
+        own_db_bytes(http, backend, tmp, Names::Short).await?,
+        own_db_bytes(http, backend, tmp, Names::Long).await?,
+    ));
+    Ok(())
+}
+
 /// Cycles of each [`steady_bytes`] round.
 const STEADY_CYCLES: u64 = 700;
 
@@ -1515,6 +1538,15 @@ fn report(backend: Backend, s: &Figures, b: &Figures) {
         let parts: Vec<String> = s.api_bytes_by_relation.iter().map(|(name, b)| format!("{name} {b:.0}")).collect();
         println!("  by table and index: {}", parts.join(", "));
     }
+    report_own_db_bytes(s);
+    report_writes(backend, &s.writes);
+    if let Some(w) = &s.waiters {
+        report_waiters(w);
+    }
+}
+
+/// The bytes per batch of [`own_db_figures`] against the goal.
+fn report_own_db_bytes(s: &Figures) {
     if let Some((short, long)) = s.name_bytes {
         println!(
             "bytes per batch on a database of its own ({OWN_DB_CLIENTS} writers, nothing else): names of 3-5 characters (task w07, dataset w.d07) {short:.0}, as long as real ones (task load_dws_order_detail_region_07, dataset dws.order_detail_region_07) {long:.0}  goal <= 1024  {}",
@@ -1526,10 +1558,6 @@ fn report(backend: Backend, s: &Figures, b: &Figures) {
             "bytes per batch when vacuum keeps up (own database; growth over rounds 2 and 3 of {STEADY_CYCLES} cycles, each followed by VACUUM): {steady:.0}  goal <= 1024  {}",
             verdict(steady <= BYTES_GOAL)
         );
-    }
-    report_writes(backend, &s.writes);
-    if let Some(w) = &s.waiters {
-        report_waiters(w);
     }
 }
 
