@@ -276,25 +276,36 @@ fn checks_as_stored<S: Serializer>(checks: &[CheckResult], s: S) -> std::result:
 }
 
 /// What the registry keeps of a request to know it again (an idempotent
-/// start, a repeated commit or fail): the first 128 bits of the SHA-256 of
-/// its canonical body, base64url, 22 characters instead of the body. Two
-/// different bodies of one batch or key agree on them by chance once in
-/// 2^128; it only has to tell a repeat from a different request.
+/// start, a repeated commit or fail): the first 64 bits of the SHA-256 of
+/// its canonical body, base64url, 11 characters instead of the body. It only
+/// has to tell a repeat from a different request of the same batch or key:
+/// two different ones agree on them by chance once in 2^64, and a writer who
+/// made them agree on purpose gets the first request's answer again, not a
+/// change to the registry.
 pub(super) fn fingerprint(canonical: &str) -> String {
-    use base64::Engine;
-    use sha2::Digest;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&sha2::Sha256::digest(canonical.as_bytes())[..16])
+    hash_prefix(canonical, 8)
 }
 
-/// Whether a stored fingerprint is this request's: its [`fingerprint`], its
-/// whole SHA-256 (43 characters, rows written from issue 14 until the hash
-/// was cut to 128 bits), or (rows written before issue 14) its canonical body
-/// itself.
-pub(super) fn same_request(stored: &str, canonical: &str) -> bool {
+/// The first `bytes` bytes of the SHA-256 of `canonical`, base64url.
+fn hash_prefix(canonical: &str, bytes: usize) -> String {
     use base64::Engine;
     use sha2::Digest;
-    let whole = || base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(canonical.as_bytes()));
-    stored == fingerprint(canonical) || stored == canonical || stored == whole()
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&sha2::Sha256::digest(canonical.as_bytes())[..bytes])
+}
+
+/// Whether a stored fingerprint is this request's: its [`fingerprint`], or
+/// one of the forms rows were written in before: the first 128 bits of the
+/// SHA-256 (22 characters), the whole SHA-256 (43, rows written from issue
+/// 14 until the hash was first cut), or (rows written before issue 14) its
+/// canonical body itself. The hashed forms are told apart by their length.
+pub(super) fn same_request(stored: &str, canonical: &str) -> bool {
+    let hashed = match stored.len() {
+        11 => stored == fingerprint(canonical),
+        22 => stored == hash_prefix(canonical, 16),
+        43 => stored == hash_prefix(canonical, 32),
+        _ => false,
+    };
+    hashed || stored == canonical
 }
 
 /// One partition of a batch (its `task_produce_log` row), with what the batch reported for it.
@@ -882,13 +893,17 @@ mod tests {
         use base64::Engine;
         use sha2::Digest;
         let body = r#"{"marker":"s3://m","partitions":[]}"#;
+        let other = r#"{"marker":"s3://other","partitions":[]}"#;
         let stored = fingerprint(body);
-        assert_eq!(stored.len(), 22, "{stored}");
+        assert_eq!(stored.len(), 11, "{stored}");
         let whole = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(body.as_bytes()));
-        assert!(whole.starts_with(&stored[..21]), "the first 128 bits of the whole hash");
-        for kept in [stored.as_str(), whole.as_str(), body] {
+        assert!(whole.starts_with(&stored[..10]), "the first 64 bits of the whole hash");
+        let half = hash_prefix(body, 16);
+        assert_eq!(half.len(), 22);
+        assert!(whole.starts_with(&half[..21]), "the first 128 bits, as rows were stored before");
+        for kept in [stored.as_str(), half.as_str(), whole.as_str(), body] {
             assert!(same_request(kept, body), "{kept}");
-            assert!(!same_request(kept, r#"{"marker":"s3://other","partitions":[]}"#), "{kept}");
+            assert!(!same_request(kept, other), "{kept}");
         }
     }
 

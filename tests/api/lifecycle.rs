@@ -279,7 +279,22 @@ async fn a_replay_is_rebuilt_from_the_batch_as_it_was_decided(app: TestApp) {
     assert_eq!(stored[0][0], None, "no second copy of the record");
     let canonical = evidence.to_string();
     let hash = stored[0][1].clone().expect("fingerprint");
-    assert!(hash.len() == 22 && !canonical.contains(&hash), "a 128-bit hash, not the body: {hash}");
+    let sha = |bytes: usize| {
+        use base64::Engine;
+        use sha2::Digest;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&sha2::Sha256::digest(canonical.as_bytes())[..bytes])
+    };
+    assert_eq!(hash, sha(8), "the first 64 bits of the body's SHA-256, not the body");
+
+    // A row decided by a version that kept the first 128 bits replays too.
+    let (_, answer) = replay().await;
+    app.sql(&format!("UPDATE batches SET decision_fingerprint = '{}' WHERE batch_id = '{id}'", sha(16))).await;
+    let (status, again) = replay().await;
+    assert_eq!((status, &again), (StatusCode::OK, &answer), "a 128-bit fingerprint is known again");
+    let mut other = evidence.clone();
+    other["marker"] = json!("another");
+    let (status, _) = app.post_bytes(&commit, &other).await;
+    assert_eq!(status, StatusCode::CONFLICT, "and a different body is still not");
 }
 
 /// A row decided before replays were rebuilt keeps the record it answered
