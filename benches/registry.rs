@@ -942,8 +942,6 @@ async fn ready_miss(addr: SocketAddr, datasets: u64) -> Result<Load> {
     load::window(addr, &requests, READY_CONNECTIONS, WARMUP, measured).await?.summary(measured)
 }
 
-/// Start+commit cycles from 1/8/32 clients on distinct datasets, each for
-/// `knobs.seconds`; next to pgbench on PostgreSQL.
 /// The bytes a batch takes on databases of their own: with short names and
 /// with long ones ([`own_db_bytes`]), and on PostgreSQL when vacuum keeps up
 /// ([`steady_bytes`]).
@@ -1063,6 +1061,8 @@ async fn own_db_cycles(http: &reqwest::Client, base: &str, first: NaiveDate, cyc
     Ok(())
 }
 
+/// Start+commit cycles from 1/8/32 clients on distinct datasets, each for
+/// `knobs.seconds`; next to pgbench on PostgreSQL.
 async fn writes(http: &reqwest::Client, bases: &[String], db: &Db, knobs: &Knobs) -> Result<Vec<Writes>> {
     let mut out = Vec::new();
     for clients in WRITERS {
