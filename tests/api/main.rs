@@ -42,4 +42,5 @@ mod retries;
 mod seed;
 mod statements;
 mod tls;
+mod versions;
 mod wire;
