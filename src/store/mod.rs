@@ -272,24 +272,18 @@ impl DbOptions {
     }
 }
 
-/// Applies the migrations this binary has to `pool`'s database. A
-/// database a newer batchgate migrated holds migrations this one does
-/// not have: it is refused, named so, rather than served in forms this
-/// binary does not know. A migration may change no table and exist only
-/// for that (0023).
-async fn apply_migrations<'a, A>(migrator: &sqlx::migrate::Migrator, pool: A) -> anyhow::Result<()>
-where
-    A: sqlx::Acquire<'a>,
-    <A::Connection as std::ops::Deref>::Target: sqlx::migrate::Migrate,
-{
-    match migrator.run(pool).await {
-        Ok(()) => Ok(()),
-        Err(sqlx::migrate::MigrateError::VersionMissing(v)) => anyhow::bail!(
+/// Why migrations failed, for `connect`. A database a newer batchgate
+/// migrated holds migrations this binary does not have: it is refused,
+/// named so, rather than served in forms this binary does not know. A
+/// migration may change no table and exist only for that (0023).
+fn migration_error(e: sqlx::migrate::MigrateError) -> anyhow::Error {
+    match e {
+        sqlx::migrate::MigrateError::VersionMissing(v) => anyhow::anyhow!(
             "this database holds migration {v:04}, which this batchgate does not have: a newer \
              batchgate migrated it. Run that version or a later one; old and new binaries do not \
              share a database (README, \"Upgrading replicas\")"
         ),
-        Err(e) => Err(anyhow::Error::new(e).context("cannot apply the database migrations")),
+        e => anyhow::Error::new(e).context("cannot apply the database migrations"),
     }
 }
 

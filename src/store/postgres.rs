@@ -42,7 +42,7 @@ pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<PgPoo
         .connect_with(options)
         .await
         .with_context(|| format!("cannot connect to PostgreSQL at {at}"))?;
-    super::apply_migrations(&sqlx::migrate!("./migrations/postgres"), &pool).await?;
+    sqlx::migrate!("./migrations/postgres").run(&pool).await.map_err(super::migration_error)?;
     Ok(pool)
 }
 

@@ -60,7 +60,7 @@ pub(super) async fn connect(url: &str, opts: &DbOptions) -> anyhow::Result<Sqlit
         .acquire_timeout(opts.timeout)
         .connect_with(options)
         .await?;
-    super::apply_migrations(&sqlx::migrate!("./migrations/sqlite"), &pool).await?;
+    sqlx::migrate!("./migrations/sqlite").run(&pool).await.map_err(super::migration_error)?;
     // Statistics for the planner, refreshed for the tables whose size moved a
     // lot since the last run (or that never had any), each index sampled at
     // most `analysis_limit` rows deep so a 10M-batch file still starts in

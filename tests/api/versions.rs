@@ -7,7 +7,7 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::helpers::TestApp;
+use crate::helpers::{Backend, TestApp};
 use crate::on_both_backends;
 use crate::process::{binary, free_port};
 
@@ -35,8 +35,8 @@ async fn a_database_a_newer_batchgate_migrated_is_refused(app: TestApp) {
 
     // A migration this binary does not have, as a newer one would leave it.
     let checksum = match app.backend {
-        crate::helpers::Backend::Sqlite => "x'00'",
-        crate::helpers::Backend::Postgres => "'\\x00'::bytea",
+        Backend::Sqlite => "x'00'",
+        Backend::Postgres => "'\\x00'::bytea",
     };
     app.sql(&format!(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
