@@ -52,7 +52,7 @@ where
 }
 
 /// What a finished run left: its exit status and output.
-struct Run {
+pub(crate) struct Run {
     code: i32,
     stdout: String,
     stderr: String,
@@ -70,19 +70,20 @@ impl From<Output> for Run {
 
 impl Run {
     /// Asserts the exit status.
-    fn expect(self, code: i32) -> Self {
+    pub(crate) fn expect(self, code: i32) -> Self {
         assert_eq!(self.code, code, "exit status\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
         self
     }
 
     /// Asserts that stderr says `text`.
-    fn says(&self, text: &str) -> &Self {
+    pub(crate) fn says(&self, text: &str) -> &Self {
         assert!(self.stderr.contains(text), "stderr should say {text:?}:\n{}", self.stderr);
         self
     }
 }
 
-async fn run<I, S>(url: &str, args: I) -> Run
+/// `batchgate ARGS` pointed at `url`, to its end.
+pub(crate) async fn run<I, S>(url: &str, args: I) -> Run
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
