@@ -5,6 +5,7 @@
 
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::OpenApi as Document;
+use utoipa::openapi::{RefOr, Response};
 use utoipa::{Modify, OpenApi};
 
 use crate::http;
@@ -90,7 +91,8 @@ Authentication: `Authorization: Bearer <token>` with an API token (`bgt_…`, fr
 struct ApiDoc;
 
 /// What the derive cannot say: the long description, bearer security on
-/// every operation but the public ones.
+/// every operation but the public ones; and response links written with the
+/// field names OpenAPI gives them ([`spec_links`]).
 struct Finish;
 
 impl Modify for Finish {
@@ -108,9 +110,53 @@ impl Modify for Finish {
                 if op.operation_id.as_deref().is_some_and(|id| PUBLIC.contains(&id)) {
                     op.security = Some(Vec::new());
                 }
+                for response in op.responses.responses.values_mut() {
+                    if let RefOr::T(response) = response {
+                        spec_links(response);
+                    }
+                }
             }
         }
     }
+}
+
+/// utoipa 5.5 serialises a response's links with its Rust field names
+/// (`operation_id`, `operation_ref`, `request_body`), which OpenAPI readers
+/// do not know, so a link would name no operation. This writes each link as
+/// the Link Object names its fields (`operationId`, …) into the response's
+/// `links` instead; the derive's `links(...)` stay the source.
+fn spec_links(response: &mut Response) {
+    if response.links.is_empty() {
+        return;
+    }
+    let mut links = serde_json::Map::new();
+    for (name, link) in std::mem::take(&mut response.links) {
+        let RefOr::T(link) = link else {
+            unreachable!("links are written inline in the handlers' annotations");
+        };
+        let mut object = serde_json::Map::new();
+        let mut put = |key: &str, value: serde_json::Value| {
+            object.insert(key.to_owned(), value);
+        };
+        if !link.operation_id.is_empty() {
+            put("operationId", link.operation_id.into());
+        }
+        if !link.operation_ref.is_empty() {
+            put("operationRef", link.operation_ref.into());
+        }
+        if !link.parameters.is_empty() {
+            put("parameters", link.parameters.into_iter().collect());
+        }
+        if let Some(body) = link.request_body {
+            put("requestBody", body);
+        }
+        if !link.description.is_empty() {
+            put("description", link.description.into());
+        }
+        assert!(link.server.is_none(), "a link's server is not written");
+        links.insert(name, object.into());
+    }
+    response.extensions.get_or_insert_with(Default::default).insert("links".to_owned(), links.into());
 }
 
 /// The document.

@@ -109,7 +109,13 @@ fn partition_specs(raw: &[String]) -> Result<Declared> {
     request_body = crate::api::StartRequest,
     responses(
         (status = 200, description = "An `Idempotency-Key` replay: the batch the first request started.", body = crate::store::Started),
-        (status = 201, description = "The batch started.", body = crate::store::Started),
+        (status = 201, description = "The batch started.", body = crate::store::Started, links(
+            ("heartbeat" = (operation_id = "heartbeatBatch", parameters(("batch_id" = "$response.body#/batch_id")), description = "Extend this batch's lease.")),
+            ("written" = (operation_id = "batchWritten", parameters(("batch_id" = "$response.body#/batch_id")), description = "Report this batch's rows written.")),
+            ("commit" = (operation_id = "commitBatch", parameters(("batch_id" = "$response.body#/batch_id")), description = "Commit this batch.")),
+            ("fail" = (operation_id = "failBatch", parameters(("batch_id" = "$response.body#/batch_id")), description = "Report that this batch failed.")),
+            ("record" = (operation_id = "getBatch", parameters(("batch_id" = "$response.body#/batch_id")), description = "This batch's record.")),
+        )),
         (status = 400, response = crate::api::BadRequest),
         (status = 401, response = crate::api::Unauthenticated),
         (status = 403, response = crate::api::Forbidden),

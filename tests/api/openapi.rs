@@ -150,3 +150,112 @@ async fn the_served_spec_lists_exactly_the_routes() {
         );
     }
 }
+
+/// The operation with this `operationId`: its method and path.
+fn operation_by_id<'a>(spec: &'a Value, id: &str) -> Option<(String, &'a str, &'a Value)> {
+    spec["paths"].as_object()?.iter().find_map(|(path, item)| {
+        ["get", "post", "put", "delete", "patch"]
+            .into_iter()
+            .find(|m| item[*m]["operationId"] == id)
+            .map(|m| (m.to_uppercase(), path.as_str(), &item[m]))
+    })
+}
+
+/// Every response link in the spec is one OpenAPI readers can follow: it
+/// names its operation by `operationId` (not utoipa's `operation_id`, which
+/// readers ignore), that operation exists, each parameter is one of its
+/// parameters, and each `$response.body#/…` names a property of the
+/// response's schema.
+#[test]
+fn every_link_names_an_operation_its_parameters_and_a_property() {
+    let spec = crate::conformance::spec();
+    let mut seen = 0;
+    for (path, item) in spec["paths"].as_object().expect("paths") {
+        for (method, op) in item.as_object().unwrap() {
+            let Some(responses) = op.get("responses").and_then(Value::as_object) else {
+                continue;
+            };
+            for (status, response) in responses {
+                let Some(links) = response.get("links").and_then(Value::as_object) else {
+                    continue;
+                };
+                let schema = &response["content"]["application/json"]["schema"];
+                let schema = match schema["$ref"].as_str() {
+                    Some(r) => spec.pointer(r.trim_start_matches('#')).expect("the response schema resolves"),
+                    None => schema,
+                };
+                for (name, link) in links {
+                    seen += 1;
+                    let at = format!("{method} {path} {status} link {name}");
+                    let keys: BTreeSet<&str> = link.as_object().unwrap().keys().map(String::as_str).collect();
+                    let known = BTreeSet::from([
+                        "operationId",
+                        "operationRef",
+                        "parameters",
+                        "requestBody",
+                        "description",
+                        "server",
+                    ]);
+                    assert!(keys.is_subset(&known), "{at}: fields OpenAPI does not name: {keys:?}");
+                    let id = link["operationId"].as_str().unwrap_or_else(|| panic!("{at}: no operationId"));
+                    let (_, _, target) = operation_by_id(spec, id).unwrap_or_else(|| panic!("{at}: no operation {id}"));
+                    for (parameter, expression) in link["parameters"].as_object().unwrap() {
+                        let declared =
+                            target["parameters"].as_array().into_iter().flatten().any(|p| p["name"] == *parameter);
+                        assert!(declared, "{at}: {id} has no parameter {parameter}");
+                        let pointer = expression.as_str().and_then(|e| e.strip_prefix("$response.body#"));
+                        let pointer =
+                            pointer.unwrap_or_else(|| panic!("{at}: {expression} is not a $response.body pointer"));
+                        let property = pointer.trim_start_matches('/');
+                        assert!(
+                            schema["properties"].get(property).is_some(),
+                            "{at}: the response has no property {property}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen >= 5, "only {seen} links in the spec");
+}
+
+/// Following the links of a real start reaches that batch: each linked
+/// operation, called with the parameters the link takes from the answer,
+/// finds the batch (the record answers 200 with its id; the others answer
+/// anything but a 404).
+#[tokio::test]
+async fn the_links_of_a_start_reach_the_batch() {
+    let Some(app) = TestApp::spawn(Backend::Sqlite).await else {
+        return;
+    };
+    let spec = crate::conformance::spec();
+    let links = spec["paths"]["/v1/batches"]["post"]["responses"]["201"]["links"].as_object().expect("links");
+    let (status, started) = app.start("links", "l.d", "2026-08-24", &["dt=2026-08-24"]).await;
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    let batch_id = started["batch_id"].as_str().unwrap();
+    let mut followed = BTreeSet::new();
+    // The record first: the writes after it change the batch's state.
+    let mut names: Vec<&String> = links.keys().collect();
+    names.sort_by_key(|n| *n != "record");
+    for name in names {
+        let link = &links[name];
+        let (method, path, _) = operation_by_id(spec, link["operationId"].as_str().unwrap()).unwrap();
+        let mut concrete = path.to_owned();
+        for (parameter, expression) in link["parameters"].as_object().unwrap() {
+            let pointer = expression.as_str().unwrap().strip_prefix("$response.body#").unwrap();
+            let value = started.pointer(pointer).and_then(Value::as_str).expect("the link's value is in the answer");
+            concrete = concrete.replace(&format!("{{{parameter}}}"), value);
+        }
+        assert!(!concrete.contains('{'), "{name}: {concrete} has parameters the link does not fill");
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let body = (method == reqwest::Method::POST).then(|| serde_json::json!({}));
+        let (status, answer) = app.request(method.clone(), &concrete, body.as_ref()).await;
+        assert_ne!(status, StatusCode::NOT_FOUND, "{name}: {method} {concrete}: {answer}");
+        if name == "record" {
+            assert_eq!(status, StatusCode::OK, "{answer}");
+            assert_eq!(answer["batch_id"], batch_id);
+        }
+        followed.insert(name.as_str());
+    }
+    assert_eq!(followed, BTreeSet::from(["commit", "fail", "heartbeat", "record", "written"]));
+}
