@@ -10,8 +10,10 @@
 #
 # Usage: tests/fuzz/run_schemathesis.sh [sqlite|postgres]...   (default: both)
 # Env:   FUZZ_MAX_EXAMPLES (per operation, default 80), FUZZ_MAX_TIME (seconds
-#        per backend, default 120), FUZZ_SEED, BATCHGATE_TEST_PG_URL,
-#        FUZZ_VENV (default target/fuzz-venv).
+#        of the stateless pass per backend, default 120), FUZZ_STATEFUL_TIME
+#        (seconds of the stateful pass per backend, default 90; 0 skips it),
+#        FUZZ_MIN_CASES (requests per pass, default 1000), FUZZ_SEED,
+#        BATCHGATE_TEST_PG_URL, FUZZ_VENV (default target/fuzz-venv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -20,6 +22,7 @@ backends=("$@")
 [ ${#backends[@]} -gt 0 ] || backends=(sqlite postgres)
 max_examples=${FUZZ_MAX_EXAMPLES:-80}
 max_time=${FUZZ_MAX_TIME:-120}
+stateful_time=${FUZZ_STATEFUL_TIME:-90}
 seed=${FUZZ_SEED:-20260824}
 min_cases=${FUZZ_MIN_CASES:-1000}
 pg_admin=${BATCHGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}
@@ -55,6 +58,33 @@ if "$bin" serve --help | grep -q -- '--webhook-allow'; then
     extra_flags+=(--webhook-allow 127.0.0.1,localhost)
 fi
 
+# One schemathesis pass against the server on $port: fails on a finding, or
+# when fewer than $min_cases requests were generated.
+fuzz() {
+    local backend=$1 pass=$2 phases=$3 seconds=$4 port=$5 status=0
+    echo "== schemathesis on $backend, $pass (127.0.0.1:$port, phases $phases, at most $max_examples cases per operation, ${seconds}s)"
+    set +e
+    # One worker: schemathesis's generator is not reliably thread-safe (runtime
+    # errors inside hypothesis with two), and the server has the other core.
+    "$venv/bin/python" tests/fuzz/st.py --config-file tests/fuzz/schemathesis.toml run "http://127.0.0.1:$port/openapi.json" \
+        --checks not_a_server_error,response_schema_conformance \
+        --phases "$phases" \
+        --max-examples "$max_examples" --max-time "$seconds" --seed "$seed" \
+        --workers 1 --request-timeout 10 --generation-database none --generation-allow-x00 true \
+        --report junit --report-junit-path "$work/$backend-$pass.xml" \
+        --no-color --output-truncate true 2>&1 | tee "$work/$backend-$pass.out"
+    status=${PIPESTATUS[0]}
+    set -e
+    local cases
+    cases=$(grep -oE '[0-9]+ generated' "$work/$backend-$pass.out" | tail -n1 | cut -d' ' -f1)
+    echo "== $backend, $pass: ${cases:-0} generated requests (at least $min_cases wanted)"
+    if [ "${cases:-0}" -lt "$min_cases" ]; then
+        echo "too few generated requests on $backend ($pass)" >&2
+        status=1
+    fi
+    return $status
+}
+
 run_one() {
     local backend=$1 db
     case $backend in
@@ -75,20 +105,11 @@ run_one() {
         curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
         sleep 0.1
     done
-    echo "== schemathesis on $backend (127.0.0.1:$port, at most $max_examples cases per operation, ${max_time}s)"
     local status=0
-    set +e
-    # One worker: schemathesis's generator is not reliably thread-safe (runtime
-    # errors inside hypothesis with two), and the server has the other core.
-    "$venv/bin/python" tests/fuzz/st.py --config-file tests/fuzz/schemathesis.toml run "http://127.0.0.1:$port/openapi.json" \
-        --checks not_a_server_error,response_schema_conformance \
-        --phases examples,coverage,fuzzing \
-        --max-examples "$max_examples" --max-time "$max_time" --seed "$seed" \
-        --workers 1 --request-timeout 10 --generation-database none --generation-allow-x00 true \
-        --report junit --report-junit-path "$work/$backend.xml" \
-        --no-color --output-truncate true 2>&1 | tee "$work/$backend.out"
-    status=${PIPESTATUS[0]}
-    set -e
+    fuzz "$backend" stateless "examples,coverage,fuzzing" "$max_time" "$port" || status=1
+    if [ "$stateful_time" -gt 0 ]; then
+        fuzz "$backend" stateful stateful "$stateful_time" "$port" || status=1
+    fi
     kill "$server" 2>/dev/null || true
     wait "$server" 2>/dev/null || true
     server=""
@@ -96,13 +117,6 @@ run_one() {
     if grep -q "request failed" "$work/$backend.log"; then
         echo "server errors logged on $backend:" >&2
         grep "request failed" "$work/$backend.log" | head -20 >&2
-        status=1
-    fi
-    local cases
-    cases=$(grep -oE '[0-9]+ generated' "$work/$backend.out" | tail -n1 | cut -d' ' -f1)
-    echo "== $backend: ${cases:-0} generated requests (at least $min_cases wanted)"
-    if [ "${cases:-0}" -lt "$min_cases" ]; then
-        echo "too few generated requests on $backend" >&2
         status=1
     fi
     if [ "$status" -ne 0 ]; then
