@@ -247,8 +247,11 @@ fn raise_file_limit() {
 async fn run() -> Result<()> {
     let knobs = Knobs::from_env()?;
     println!(
-        "registry bench: {} cores, release binary {BIN}; small registry {} batches, big {} (SQLite) / {} (PostgreSQL)",
+        "registry bench: {} cores, {} {BIN}; small registry {} batches, big {} (SQLite) / {} (PostgreSQL)",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        // `cargo test --benches` builds both unoptimised: its figures are
+        // not the goals' (bytes per batch are the same).
+        if cfg!(debug_assertions) { "DEBUG binary (times not comparable to the goals)" } else { "release binary" },
         knobs.small,
         knobs.big,
         knobs.big_pg
