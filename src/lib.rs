@@ -20,6 +20,7 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod ui;
+pub mod whole;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -53,7 +53,7 @@ pub struct StartRequest {
     pub run_ref: Option<String>,
     /// How long the batch holds its partitions without a heartbeat, in
     /// seconds (1 s to a week).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::option")]
     #[schema(minimum = 1, maximum = 604800, default = json!(crate::domain::batch::DEFAULT_LEASE_SECONDS))]
     pub lease_seconds: Option<i64>,
     /// Residue batches whose rows the task deleted before this start. For
@@ -72,7 +72,7 @@ pub struct StartRequest {
     #[schema(default = false)]
     pub allow_unready_inputs: Option<bool>,
     /// The repair plan this batch carries out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::option")]
     #[schema(minimum = 1)]
     pub repair_id: Option<i64>,
 }
@@ -130,6 +130,7 @@ pub struct WrittenRequest {
 pub struct WrittenPartition {
     #[schema(value_type = PartitionNameText)]
     pub partition: String,
+    #[serde(deserialize_with = "crate::whole::deserialize")]
     pub rows_written: u64,
 }
 
@@ -140,15 +141,17 @@ pub struct PartitionStats {
     #[schema(value_type = PartitionNameText)]
     pub partition: String,
     /// Rows this batch wrote.
+    #[serde(deserialize_with = "crate::whole::deserialize")]
     pub rows_written: u64,
     /// `count(*)` of the partition after the write.
+    #[serde(deserialize_with = "crate::whole::deserialize")]
     pub row_count: u64,
     /// Distinct values of the dataset's unique key; `unique_keys` is skipped
     /// when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::option")]
     pub distinct_keys: Option<u64>,
     /// Rows with a null in the unique key; `null_keys` is skipped when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::option")]
     pub null_keys: Option<u64>,
     /// Named numeric metrics, e.g. `{"amount": 98765432.10}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -161,7 +164,7 @@ pub struct PartitionStats {
 #[serde(deny_unknown_fields)]
 pub struct SourceStats {
     /// Must equal the sum of `rows_written`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::option")]
     pub row_count: Option<u64>,
     /// Each must equal the sum of the partitions' metric of that name
     /// (relative tolerance 1e-9).
@@ -231,7 +234,7 @@ pub struct PolicyRequest {
     pub max_volume_change: Option<f64>,
     /// How many earlier published dts form the volume baseline (their
     /// median); 1 to 366.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::option")]
     #[schema(minimum = 1, maximum = 366, default = json!(policy::DEFAULT_BASELINE_PERIODS))]
     pub baseline_periods: Option<u32>,
     /// Accept a batch that wrote no rows.
@@ -243,7 +246,7 @@ pub struct PolicyRequest {
     pub owner: Option<String>,
     /// Most partitions one overwrite_partition batch may replace (422
     /// `overwrite_scope_too_wide` beyond).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::option")]
     #[schema(minimum = 1, default = json!(policy::DEFAULT_MAX_PARTITIONS_PER_BATCH))]
     pub max_partitions_per_batch: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -325,7 +328,7 @@ pub struct TokenCreateRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum Lifetime {
-    Seconds(u64),
+    Seconds(#[serde(deserialize_with = "crate::whole::deserialize")] u64),
     #[schema(value_type = HumanDuration)]
     Text(String),
 }

@@ -14,7 +14,7 @@ pub struct Deadline {
     #[schema(pattern = "^[0-2][0-9]:[0-5][0-9]$", example = "06:00")]
     pub time: String,
     /// 0 to 366 (default 0).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::whole::deserialize")]
     #[schema(maximum = 366)]
     pub days_after_dt: u32,
 }

@@ -30,6 +30,7 @@ mod listing;
 mod logs;
 mod long_poll;
 mod metrics;
+mod numbers;
 mod openapi;
 mod openlineage;
 mod outage;
