@@ -4,7 +4,7 @@
 //! fraction is still a 422 naming the field, and changes nothing.
 
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::helpers::TestApp;
 use crate::on_both_backends;
@@ -69,35 +69,31 @@ async fn whole_numbers_written_as_floats_are_integers(app: TestApp) {
 async fn fractions_are_refused_by_name_and_change_nothing(app: TestApp) {
     let id = app.start_ok("t", "n.x", "2026-08-24", &["dt=2026-08-24"]).await;
     let (_, before) = app.get(&format!("/v1/batches/{id}")).await;
-    let refused = |resp: (StatusCode, Value), field: &str| {
-        let (status, body) = resp;
-        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-        assert_eq!(body["error"]["code"], "invalid_type", "{body}");
-        assert_eq!(body["error"]["details"]["field"], field, "{body}");
-    };
     let commit = format!("/v1/batches/{id}/commit");
-    refused(
-        app.post_raw(
+    let refusals = [
+        (
             &commit,
             r#"{"partitions": [{"partition": "dt=2026-08-24", "rows_written": 1000.5, "row_count": 1000}]}"#,
-        )
-        .await,
-        "partitions[0].rows_written",
-    );
-    // 2^53 + 2 as a double: beyond 2^53 the digits sent may not be the number read.
-    refused(
-        app.post_raw(
+            "partitions[0].rows_written",
+        ),
+        // 2^53 + 2 as a double: beyond 2^53 the digits sent may not be the number read.
+        (
             &commit,
             r#"{"partitions": [{"partition": "dt=2026-08-24", "rows_written": 1, "row_count": 9007199254740994.0}]}"#,
-        )
-        .await,
-        "partitions[0].row_count",
-    );
-    refused(
-        app.post_raw("/v1/batches", r#"{"task": "t", "dataset": "n.y", "dt": "2026-08-24", "partitions": ["dt=2026-08-24"], "lease_seconds": 60.5}"#)
-            .await,
-        "lease_seconds",
-    );
+            "partitions[0].row_count",
+        ),
+        (
+            &"/v1/batches".to_owned(),
+            r#"{"task": "t", "dataset": "n.y", "dt": "2026-08-24", "partitions": ["dt=2026-08-24"], "lease_seconds": 60.5}"#,
+            "lease_seconds",
+        ),
+    ];
+    for (path, body, field) in refusals {
+        let (status, answer) = app.post_raw(path, body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert_eq!(answer["error"]["code"], "invalid_type", "{answer}");
+        assert_eq!(answer["error"]["details"]["field"], field, "{answer}");
+    }
     let (_, after) = app.get(&format!("/v1/batches/{id}")).await;
     assert_eq!(after, before, "a refused commit changed the batch");
     assert_eq!(after["state"], "running");
