@@ -72,18 +72,18 @@ async fn fractions_are_refused_by_name_and_change_nothing(app: TestApp) {
     let commit = format!("/v1/batches/{id}/commit");
     let refusals = [
         (
-            &commit,
+            commit.as_str(),
             r#"{"partitions": [{"partition": "dt=2026-08-24", "rows_written": 1000.5, "row_count": 1000}]}"#,
             "partitions[0].rows_written",
         ),
         // 2^53 + 2 as a double: beyond 2^53 the digits sent may not be the number read.
         (
-            &commit,
+            commit.as_str(),
             r#"{"partitions": [{"partition": "dt=2026-08-24", "rows_written": 1, "row_count": 9007199254740994.0}]}"#,
             "partitions[0].row_count",
         ),
         (
-            &"/v1/batches".to_owned(),
+            "/v1/batches",
             r#"{"task": "t", "dataset": "n.y", "dt": "2026-08-24", "partitions": ["dt=2026-08-24"], "lease_seconds": 60.5}"#,
             "lease_seconds",
         ),

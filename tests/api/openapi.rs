@@ -8,6 +8,10 @@ use serde_json::Value;
 
 use crate::helpers::{Backend, TestApp};
 
+/// The HTTP methods a route or a spec path item may have, as the router and
+/// OpenAPI spell them.
+const METHODS: [&str; 5] = ["get", "post", "put", "delete", "patch"];
+
 /// `(METHOD, /path/{param})` pairs declared by `.route(…)` calls in `src/http`.
 pub(crate) fn routes_in_source() -> BTreeSet<(String, String)> {
     routes_in(concat!(env!("CARGO_MANIFEST_DIR"), "/src/http"))
@@ -41,7 +45,7 @@ pub(crate) fn routes_in(dir: &str) -> BTreeSet<(String, String)> {
                 })
                 .map_or(rest.len(), |(i, _)| i);
             let chain = &rest[..end];
-            for method in ["get", "post", "put", "delete", "patch"] {
+            for method in METHODS {
                 let called = chain
                     .match_indices(&format!("{method}("))
                     .any(|(i, _)| i == 0 || !chain[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_'));
@@ -109,7 +113,7 @@ fn every_reference_in_the_spec_resolves() {
 fn operations_in_spec(spec: &Value) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
     for (path, item) in spec["paths"].as_object().expect("paths") {
-        for method in ["get", "post", "put", "delete", "patch"] {
+        for method in METHODS {
             if item.get(method).is_some() {
                 out.insert((method.to_uppercase(), path.clone()));
             }
@@ -154,10 +158,7 @@ async fn the_served_spec_lists_exactly_the_routes() {
 /// The operation with this `operationId`: its method and path.
 fn operation_by_id<'a>(spec: &'a Value, id: &str) -> Option<(String, &'a str, &'a Value)> {
     spec["paths"].as_object()?.iter().find_map(|(path, item)| {
-        ["get", "post", "put", "delete", "patch"]
-            .into_iter()
-            .find(|m| item[*m]["operationId"] == id)
-            .map(|m| (m.to_uppercase(), path.as_str(), &item[m]))
+        METHODS.into_iter().find(|m| item[*m]["operationId"] == id).map(|m| (m.to_uppercase(), path.as_str(), &item[m]))
     })
 }
 
